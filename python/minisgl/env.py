@@ -1,0 +1,49 @@
+"""Typed settings read from environment variables.
+
+Every knob that is not a command-line flag lives here, so a learner finds them in one place and
+tests can override them with `monkeypatch.setenv`. Values are read when `load_env()` is called,
+not at import time, so a test that changes a variable sees the new value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minisgl"
+
+
+@dataclass(frozen=True)
+class EnvSettings:
+    cache_dir: Path  # MINISGL_CACHE_DIR: converted offline models, built extensions, toolkits
+    log_level: str  # MINISGL_LOG_LEVEL: DEBUG, INFO, WARNING, ERROR
+    offline: bool  # MINISGL_OFFLINE or HF_HUB_OFFLINE: never try the Hugging Face hub
+    disable_cuda_ext: bool  # MINISGL_DISABLE_CUDA_EXT: always use the torch kernels
+
+
+def load_env() -> EnvSettings:
+    level = os.environ.get("MINISGL_LOG_LEVEL", "INFO").upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError(f"MINISGL_LOG_LEVEL={level!r} must be DEBUG, INFO, WARNING or ERROR")
+    cache = os.environ.get("MINISGL_CACHE_DIR")
+    return EnvSettings(
+        cache_dir=Path(cache).expanduser() if cache else _default_cache_dir(),
+        log_level=level,
+        offline=_flag("MINISGL_OFFLINE", False) or _flag("HF_HUB_OFFLINE", False),
+        disable_cuda_ext=_flag("MINISGL_DISABLE_CUDA_EXT", False),
+    )
