@@ -1,0 +1,112 @@
+"""The few facts of a Hugging Face config.json that the engine needs, as a typed dataclass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minisgl.utils.misc import MinisglError
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """config.json's `rope_scaling`; kind "default" means plain RoPE."""
+
+    kind: str = "default"  # default | llama3 | linear
+    factor: float = 1.0
+    low_freq_factor: float = 1.0  # llama3 only
+    high_freq_factor: float = 4.0  # llama3 only
+    original_max_position: int = 8192  # llama3 only
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    hidden_act: str = "silu"
+    attention_bias: bool = False  # Qwen2 has biases on q/k/v projections
+    use_qk_norm: bool = False  # Qwen3 normalises q and k per head before RoPE
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    torch_dtype: str = "float32"
+
+    @staticmethod
+    def from_dict(raw: dict[str, Any]) -> ModelConfig:
+        archs = raw.get("architectures") or []
+        if not archs:
+            raise MinisglError("config.json has no 'architectures' entry; cannot tell which model it is")
+        try:
+            heads = int(raw["num_attention_heads"])
+            hidden = int(raw["hidden_size"])
+            eos = raw.get("eos_token_id")
+            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+            return ModelConfig(
+                architecture=archs[0],
+                vocab_size=int(raw["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(raw["intermediate_size"]),
+                num_layers=int(raw["num_hidden_layers"]),
+                num_qo_heads=heads,
+                num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+                head_dim=int(raw.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(_rope_theta(raw)),
+                max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                hidden_act=str(raw.get("hidden_act", "silu")),
+                attention_bias=bool(raw.get("attention_bias", archs[0] == "Qwen2ForCausalLM")),
+                use_qk_norm=archs[0] in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
+                rope_scaling=_rope_scaling(raw),
+                bos_token_id=raw.get("bos_token_id"),
+                eos_token_ids=eos_ids,
+                torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+            )
+        except KeyError as missing:
+            raise MinisglError(f"config.json lacks the required field {missing}") from None
+
+    @staticmethod
+    def from_path(model_dir: str | Path) -> ModelConfig:
+        path = Path(model_dir) / "config.json"
+        if not path.is_file():
+            raise MinisglError(f"{model_dir} has no config.json; is it a Hugging Face model folder?")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise MinisglError(f"{path} is not valid JSON: {e}") from None
+        return ModelConfig.from_dict(raw)
+
+
+def _rope_params(raw: dict[str, Any]) -> dict[str, Any]:
+    # transformers 5 moved rope settings into `rope_parameters`; older files use `rope_scaling`.
+    return raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+
+
+def _rope_theta(raw: dict[str, Any]) -> float:
+    return raw.get("rope_theta") or _rope_params(raw).get("rope_theta") or 10000.0
+
+
+def _rope_scaling(raw: dict[str, Any]) -> RopeScaling:
+    params = _rope_params(raw)
+    kind = params.get("rope_type") or params.get("type") or "default"
+    if kind not in ("default", "llama3", "linear"):
+        raise MinisglError(f"rope_scaling type {kind!r} is not supported (default, llama3, linear)")
+    return RopeScaling(
+        kind=kind,
+        factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+    )
