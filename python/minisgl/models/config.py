@@ -14,11 +14,14 @@ from minisgl.utils.misc import MinisglError
 class RopeScaling:
     """config.json's `rope_scaling`; kind "default" means plain RoPE."""
 
-    kind: str = "default"  # default | llama3 | linear
+    kind: str = "default"  # default | linear | llama3 | yarn
     factor: float = 1.0
-    low_freq_factor: float = 1.0  # llama3 only
-    high_freq_factor: float = 4.0  # llama3 only
-    original_max_position: int = 8192  # llama3 only
+    original_max_position: int | None = None  # the context length the model was trained with
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    attention_factor: float | None = None  # yarn; None means 0.1 * ln(factor) + 1
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,18 @@ def _rope_theta(raw: dict[str, Any]) -> float:
 def _rope_scaling(raw: dict[str, Any]) -> RopeScaling:
     params = _rope_params(raw)
     kind = params.get("rope_type") or params.get("type") or "default"
-    if kind not in ("default", "llama3", "linear"):
-        raise MinisglError(f"rope_scaling type {kind!r} is not supported (default, llama3, linear)")
+    if kind not in ("default", "linear", "llama3", "yarn"):
+        raise MinisglError(f"rope_scaling type {kind!r} is not supported "
+                           "(default, linear, llama3, yarn)")
+    original = params.get("original_max_position_embeddings")
+    attention_factor = params.get("attention_factor")
     return RopeScaling(
         kind=kind,
         factor=float(params.get("factor", 1.0)),
+        original_max_position=int(original) if original else None,
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+        beta_fast=float(params.get("beta_fast", 32.0)),
+        beta_slow=float(params.get("beta_slow", 1.0)),
+        attention_factor=float(attention_factor) if attention_factor is not None else None,
     )

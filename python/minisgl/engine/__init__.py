@@ -1,0 +1,1 @@
+"""Running the model: sampling, generation loops, and later the full engine."""

@@ -1,0 +1,26 @@
+"""The building blocks of a decoder-only transformer."""
+
+from .activation import silu_and_mul
+from .attention import AttentionLayer
+from .base import BaseOP, OPList
+from .embedding import ParallelLMHead, VocabParallelEmbedding
+from .linear import LinearColParallelMerged, LinearQKVMerged, LinearReplicated, LinearRowParallel
+from .norm import RMSNorm, RMSNormFused, rms_norm
+from .rotary import RotaryEmbedding
+
+__all__ = [
+    "AttentionLayer",
+    "BaseOP",
+    "LinearColParallelMerged",
+    "LinearQKVMerged",
+    "LinearReplicated",
+    "LinearRowParallel",
+    "OPList",
+    "ParallelLMHead",
+    "RMSNorm",
+    "RMSNormFused",
+    "RotaryEmbedding",
+    "VocabParallelEmbedding",
+    "rms_norm",
+    "silu_and_mul",
+]

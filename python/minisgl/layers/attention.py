@@ -1,0 +1,49 @@
+"""The attention layer of a decoder: q/k normalisation (Qwen3), RoPE, then attention itself.
+
+Until the KV cache exists (chapters 5-6) there is no memory of earlier steps: the layer sees the
+whole sequence every time and runs causal attention over it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import BaseOP
+from .norm import RMSNorm
+from .rotary import RotaryEmbedding
+
+
+class AttentionLayer(BaseOP):
+    def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+                 rotary: RotaryEmbedding, q_norm: RMSNorm | None = None,
+                 k_norm: RMSNorm | None = None) -> None:
+        self.num_qo_heads = num_qo_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self._rotary = rotary  # shared by all layers, and not a weight
+        if q_norm is not None and k_norm is not None:
+            self.q_norm, self.k_norm = q_norm, k_norm  # names as in Qwen3 checkpoints
+
+    def forward(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """qkv: [tokens, (qo_heads + 2 * kv_heads) * head_dim] -> [tokens, qo_heads * head_dim]."""
+        q_size, kv_size = self.num_qo_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.reshape(-1, self.num_qo_heads, self.head_dim)
+        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
+        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm.forward(q), self.k_norm.forward(k)
+        q, k = self._rotary.forward(positions, q, k)
+        return self._causal_attention(q, k, v).reshape(-1, q_size)
+
+    def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                          ) -> torch.Tensor:
+        # One sequence: [tokens, heads, dim] -> [heads, tokens, dim] for SDPA. Grouped-query
+        # attention: each group of qo heads shares one kv head.
+        groups = self.num_qo_heads // self.num_kv_heads
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                             v.transpose(0, 1), is_causal=True)
+        return out.transpose(0, 1)

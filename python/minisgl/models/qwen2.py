@@ -1,0 +1,11 @@
+"""Qwen2: the Llama decoder with biases on the q/k/v projection (config.attention_bias)."""
+
+from __future__ import annotations
+
+from .base import CausalLM
+from .register import MODELS
+
+
+@MODELS.register("Qwen2ForCausalLM")
+class Qwen2ForCausalLM(CausalLM):
+    pass

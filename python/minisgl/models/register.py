@@ -1,0 +1,33 @@
+"""Which class builds which architecture: config.json's `architectures[0]` -> model class."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.utils.misc import MinisglError
+from minisgl.utils.registry import Registry
+
+from .config import ModelConfig
+
+MODELS: Registry[type] = Registry("model architecture")
+
+
+def get_model_class(architecture: str) -> type:
+    from . import llama, qwen2, qwen3  # noqa: F401  (importing them registers them)
+
+    try:
+        return MODELS.get(architecture)
+    except KeyError as e:
+        raise MinisglError(e.args[0]) from None
+
+
+def create_model(config: ModelConfig, dtype: torch.dtype, device: torch.device | str):
+    """Build the model with uninitialised weights of the given dtype directly on the device."""
+    cls = get_model_class(config.architecture)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return cls(config)
+    finally:
+        torch.set_default_dtype(previous)
