@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass
@@ -31,3 +35,100 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+# >>> ch06
+
+
+@dataclass(eq=False)
+class Req:
+    """One request inside the engine. Its tokens grow as it decodes.
+
+    K/V of input_ids[:cached_len] are already in the KV pool (computed earlier, or shared from the
+    prefix cache); a forward pass computes the next `extend_len` tokens after them.
+    """
+
+    uid: int
+    input_ids: list[int]  # prompt, then every generated token
+    sampling_params: SamplingParams
+    prompt_len: int = -1
+    table_idx: int = -1  # this request's row of the page table, -1 while not admitted
+    cached_len: int = 0
+    extend_len: int = 0  # tokens to compute in the current batch
+    cache_handle: object | None = None  # the prefix-cache node this request keeps locked
+
+    def __post_init__(self) -> None:
+        if self.prompt_len < 0:
+            self.prompt_len = len(self.input_ids)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.input_ids[self.prompt_len:]
+
+    @property
+    def max_len(self) -> int:
+        """The longest this request can grow: prompt plus max_tokens."""
+        return self.prompt_len + self.sampling_params.max_tokens
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens whose K/V exist once the current batch has run."""
+        return self.cached_len + self.extend_len
+
+
+@dataclass
+class Batch:
+    """The requests of one forward pass, either all prefill (extend) or all decode.
+
+    The scheduler fills input_ids/positions/out_loc; the attention backend adds its metadata.
+    """
+
+    reqs: list[Req]
+    phase: str  # "prefill" or "decode"
+    input_ids: torch.Tensor = field(init=False)  # [tokens] new tokens of all requests
+    positions: torch.Tensor = field(init=False)  # [tokens]
+    out_loc: torch.Tensor = field(init=False)  # [tokens] KV pool slots of the new tokens
+    attn_metadata: object = field(init=False)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.phase == "prefill"
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+
+@dataclass
+class Context:
+    """What a layer deep inside the model needs to know about the current forward pass.
+
+    Set once by the engine; the batch is only present inside `forward_batch`.
+    """
+
+    page_table: torch.Tensor  # [max_running_reqs, max_seq_len] int32: position -> pool slot
+    kv_cache: object  # kvcache.MHAKVCache
+    attn_backend: object  # attention.BaseAttnBackend
+    batch: Batch | None = None
+
+    @contextmanager
+    def forward_batch(self, batch: Batch) -> Iterator[None]:
+        if self.batch is not None:
+            raise RuntimeError("forward_batch calls cannot nest")
+        self.batch = batch
+        try:
+            yield
+        finally:
+            self.batch = None
+
+
+_GLOBAL_CTX: Context | None = None
+
+
+def set_global_ctx(ctx: Context | None) -> None:
+    global _GLOBAL_CTX
+    _GLOBAL_CTX = ctx
+
+
+def get_global_ctx() -> Context | None:
+    """The engine's context, or None when no engine has been built (chapters 3-4 style use)."""
+    return _GLOBAL_CTX
+# <<< ch06

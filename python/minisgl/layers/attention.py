@@ -1,7 +1,9 @@
 """The attention layer of a decoder: q/k normalisation (Qwen3), RoPE, then attention itself.
 
-Until the KV cache exists (chapters 5-6) there is no memory of earlier steps: the layer sees the
-whole sequence every time and runs causal attention over it.
+Without an engine (chapters 2-4) there is no memory of earlier steps: the layer sees the whole
+sequence every time and runs causal attention over it. Inside the engine's forward pass (chapter 6
+on) the global context holds the batch, and the attention backend stores the new K/V in the paged
+pool and attends over each request's cached prefix too.
 """
 
 from __future__ import annotations
@@ -9,15 +11,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# >>> ch06
+from minisgl.core import get_global_ctx
+
+# <<< ch06
 from .base import BaseOP
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
 
 
 class AttentionLayer(BaseOP):
-    def __init__(self, num_qo_heads: int, num_kv_heads: int, head_dim: int,
+    def __init__(self, layer_id: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
                  rotary: RotaryEmbedding, q_norm: RMSNorm | None = None,
                  k_norm: RMSNorm | None = None) -> None:
+        self.layer_id = layer_id  # which layer's slice of the KV cache it will use (chapter 6)
         self.num_qo_heads = num_qo_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
@@ -35,6 +42,12 @@ class AttentionLayer(BaseOP):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm.forward(q), self.k_norm.forward(k)
         q, k = self._rotary.forward(positions, q, k)
+        # >>> ch06
+        ctx = get_global_ctx()
+        if ctx is not None and ctx.batch is not None:
+            out = ctx.attn_backend.forward(q, k, v, self.layer_id, ctx.batch)
+            return out.reshape(-1, q_size)
+        # <<< ch06
         return self._causal_attention(q, k, v).reshape(-1, q_size)
 
     def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
