@@ -1,0 +1,35 @@
+"""What the engine needs to know to build itself: model, dtype, device, KV pool size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class EngineConfig:
+    model_path: str  # a resolved local Hugging Face folder (see utils/hf.py)
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    dummy_weight: bool = False
+    attention_backend: str = "torch"
+    page_size: int = 1
+    num_pages: int | None = None  # None: size the pool from memory_ratio (GPU) or cpu_kv_bytes
+    memory_ratio: float = 0.9  # GPU: share of the memory left after the weights used for KV
+    cpu_kv_bytes: int = 1 << 30  # CPU: KV pool size when num_pages is not given
+    max_running_reqs: int = 256
+    max_seq_len: int | None = None  # None: the model's max_position_embeddings
+    seed: int | None = None  # sampling seed; None draws one
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        if self.num_pages is not None and self.num_pages < 1:
+            raise ValueError(f"num_pages must be >= 1, got {self.num_pages}")
+        if not 0 < self.memory_ratio <= 1:
+            raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
+        if self.max_running_reqs < 1:
+            raise ValueError(f"max_running_reqs must be >= 1, got {self.max_running_reqs}")
