@@ -146,7 +146,7 @@ def test_attention_layer_is_causal_gqa_with_rope(qk_norm):
     for n in norms:
         if n is not None:
             n.weight = 1 + 0.1 * _randn(d)
-    layer = AttentionLayer(nq, nkv, d, rotary, *norms)
+    layer = AttentionLayer(0, nq, nkv, d, rotary, *norms)
     qkv = _randn(t, (nq + 2 * nkv) * d)
     positions = torch.arange(t)
     q, k, v = qkv.split([nq * d, nkv * d, nkv * d], dim=-1)
