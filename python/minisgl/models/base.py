@@ -32,12 +32,12 @@ from .config import ModelConfig
 
 
 class SelfAttention(BaseOP):
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding) -> None:
+    def __init__(self, layer_id: int, config: ModelConfig, rotary: RotaryEmbedding) -> None:
         c = config
         self.qkv_proj = LinearQKVMerged(c.hidden_size, c.head_dim, c.num_qo_heads, c.num_kv_heads,
                                         bias=c.attention_bias)
         norms = (RMSNorm(c.head_dim, c.rms_norm_eps), RMSNorm(c.head_dim, c.rms_norm_eps))
-        self.attn = AttentionLayer(c.num_qo_heads, c.num_kv_heads, c.head_dim, rotary,
+        self.attn = AttentionLayer(layer_id, c.num_qo_heads, c.num_kv_heads, c.head_dim, rotary,
                                    *(norms if c.use_qk_norm else (None, None)))
         self.o_proj = LinearRowParallel(c.num_qo_heads * c.head_dim, c.hidden_size)
 
@@ -63,10 +63,10 @@ class MLP(BaseOP):
 
 
 class DecoderLayer(BaseOP):
-    def __init__(self, config: ModelConfig, rotary: RotaryEmbedding) -> None:
+    def __init__(self, layer_id: int, config: ModelConfig, rotary: RotaryEmbedding) -> None:
         eps = config.rms_norm_eps
         self.input_layernorm = RMSNormFused(config.hidden_size, eps)
-        self.self_attn = SelfAttention(config, rotary)
+        self.self_attn = SelfAttention(layer_id, config, rotary)
         self.post_attention_layernorm = RMSNormFused(config.hidden_size, eps)
         self.mlp = MLP(config)
 
@@ -83,7 +83,7 @@ class DecoderModel(BaseOP):
         rotary = RotaryEmbedding(config.head_dim, config.max_position_embeddings,
                                  config.rope_theta, config.rope_scaling)
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = OPList([DecoderLayer(config, rotary) for _ in range(config.num_layers)])
+        self.layers = OPList([DecoderLayer(i, config, rotary) for i in range(config.num_layers)])
         self.norm = RMSNormFused(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
