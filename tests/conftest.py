@@ -2,6 +2,7 @@
 
 - `smollm2_dir`, `qwen3_dir`: the bundled offline model folders, prepared once in the cache
   (`MINISGL_CACHE_DIR`, default ~/.cache/minisgl); the first run converts SmolLM2 (~30 s).
+- `hf_greedy`: Hugging Face greedy generation on SmolLM2, the reference for engine outputs.
 - `@pytest.mark.gpu`: the test needs CUDA and is skipped when no GPU is present.
 """
 
@@ -37,3 +38,58 @@ def qwen3_dir() -> Path:
     from minisgl.utils.offline import prepare_qwen3
 
     return prepare_qwen3()
+
+
+# Varied chat prompts for end-to-end comparisons (short and long, code, lists, other languages).
+CHAT_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three prime numbers greater than 10.",
+    "Explain in one sentence what a GPU is.",
+    "Translate 'good morning' into Spanish.",
+    "What is 17 times 23?",
+    "Write a Python function that reverses a string.",
+    "Name the planets of the solar system in order.",
+    "Give me a tip for sleeping better.",
+    "Who wrote Romeo and Juliet?",
+    "Describe the color blue to someone who cannot see.",
+    "What does HTTP stand for?",
+    "Summarize the water cycle in two sentences.",
+    "Suggest a name for a friendly robot.",
+    "Why is the sky blue? Answer briefly, please, in a way a child would understand.",
+    "Hi!",
+]
+
+
+class HFGreedy:
+    """Hugging Face transformers' greedy generation, one prompt at a time: the reference that
+    every engine test compares token sequences against. Results are memoised per session."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self._memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def chat_ids(self, prompt: str) -> list[int]:
+        text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                  tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy tokens after ids, stopping at EOS (which is included) or max_new_tokens."""
+        key = (tuple(ids), max_new_tokens)
+        if key not in self._memo:
+            with self.torch.no_grad():
+                out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=max_new_tokens,
+                                          do_sample=False)
+            self._memo[key] = out[0, len(ids):].tolist()
+        return self._memo[key]
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(smollm2_dir) -> HFGreedy:
+    return HFGreedy(smollm2_dir)

@@ -57,8 +57,7 @@ class Req:
     shared_len: int = 0  # positions [0, shared_len) use slots owned by the prefix cache
     alloc_len: int = 0  # positions [0, alloc_len) have a slot in the page table row
     cache_handle: object | None = None  # the prefix-cache node this request keeps locked
-    finish_reason: str | None = None  # "stop" (EOS), "length" or "error"
-    error: str | None = None
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache at admission
     # <<< ch08
 
     def __post_init__(self) -> None:

@@ -47,7 +47,8 @@ class LLM:
     def generate(self, prompts: list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[dict[str, Any]]:
-        """One result per prompt, in order: {"text", "token_ids", "finish_reason"} (+ "error")."""
+        """One result per prompt, in order: {"text", "token_ids", "finish_reason",
+        "cached_tokens"}, plus "error" for a request that could not run."""
         params = sampling_params or SamplingParams()
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
@@ -82,7 +83,8 @@ class LLM:
 
     def _result(self, out: TokenOutput, token_ids: list[int]) -> dict[str, Any]:
         result = {"text": self.tokenizer.decode(token_ids, skip_special_tokens=True),
-                  "token_ids": token_ids, "finish_reason": out.finish_reason}
+                  "token_ids": token_ids, "finish_reason": out.finish_reason,
+                  "cached_tokens": out.cached_tokens}
         if out.error is not None:
             result["error"] = out.error
         return result

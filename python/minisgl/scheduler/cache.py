@@ -43,7 +43,7 @@ class CacheManager:
         result = self.prefix_cache.match_prefix(req.input_ids[: len(req.input_ids) - 1])
         self.prefix_cache.lock(result.handle)
         req.cache_handle = result.handle
-        req.shared_len = req.cached_len = req.alloc_len = result.length
+        req.shared_len = req.cached_len = req.alloc_len = req.cached_tokens = result.length
         self.page_table[req.table_idx, : result.length] = result.slots.to(self.page_table)
 
     def unmatch(self, req: Req) -> None:

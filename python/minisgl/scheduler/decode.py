@@ -9,6 +9,8 @@ prefilled again (from their prompt plus what they generated so far) when memory 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from minisgl.core import Batch, Req
 
 from .cache import CacheManager
@@ -29,18 +31,17 @@ class DecodeManager:
     def remove(self, req: Req) -> None:
         self.running.remove(req)
 
-    def schedule(self) -> tuple[Batch | None, list[Req]]:
-        """The decode batch and the requests retracted to make room for it."""
-        retracted: list[Req] = []
+    def schedule(self, retract: Callable[[Req], None]) -> Batch | None:
+        """The decode batch; `retract` frees a request that must give way for the others."""
         while self.running:
             if all(self.cache.allocate(r, len(r.input_ids)) for r in self.running):
                 break
             if len(self.running) == 1:
                 raise RuntimeError("one request alone does not fit in the KV pool")
-            retracted.append(self.running.pop())  # the newest request gives way
+            retract(self.running.pop())  # the newest request gives way
         for req in self.running:
             req.cached_len, req.extend_len = len(req.input_ids) - 1, 1
-        return (Batch(list(self.running), "decode") if self.running else None), retracted
+        return Batch(list(self.running), "decode") if self.running else None
 
     def abort(self, uid: int) -> Req | None:
         for req in self.running:

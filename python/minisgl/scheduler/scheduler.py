@@ -33,8 +33,16 @@ class TokenOutput:
     uid: int
     token: int | None  # None when the request failed before producing anything
     finished: bool
-    finish_reason: str | None = None  # "stop", "length", "error" or "abort"
+    finish_reason: str | None = None  # "stop", "length" or "error"
     error: str | None = None
+    cached_tokens: int = 0  # prompt tokens that came from the prefix cache
+
+
+@dataclass
+class SchedulerStats:
+    prefill_batches: int = 0
+    decode_batches: int = 0
+    retracted: int = 0  # times a running request was sent back to wait for memory
 
 
 class Scheduler:
@@ -50,6 +58,7 @@ class Scheduler:
         self.decode = DecodeManager(self.cache)
         self._early_outputs: list[TokenOutput] = []
         self._next_uid = 0
+        self.stats = SchedulerStats()
 
     @property
     def has_work(self) -> bool:
@@ -98,6 +107,10 @@ class Scheduler:
         if batch is None:
             return outputs
         self._prepare(batch)
+        if batch.is_prefill:
+            self.stats.prefill_batches += 1
+        else:
+            self.stats.decode_batches += 1
         tokens = self.engine.forward_batch(batch).tolist()
         return outputs + self._process(batch, tokens)
 
@@ -106,13 +119,14 @@ class Scheduler:
         batch = self.prefill.schedule(self.config.max_prefill_length, reserve)
         if batch is not None:
             return batch
-        batch, retracted = self.decode.schedule()
-        for req in retracted:
-            logger.info("KV pool full: request %d goes back to the waiting queue", req.uid)
-            self._free(req)
-            req.cached_len = 0
-            self.prefill.add(req, front=True)
-        return batch
+        return self.decode.schedule(self._retract)
+
+    def _retract(self, req: Req) -> None:
+        logger.info("KV pool full: request %d goes back to the waiting queue", req.uid)
+        self.stats.retracted += 1
+        self._free(req)
+        req.cached_len = 0
+        self.prefill.add(req, front=True)
 
     def _prepare(self, batch: Batch) -> None:
         device = self.engine.device
@@ -134,7 +148,8 @@ class Scheduler:
                 continue  # a chunk of a longer prompt: its sampled token means nothing yet
             req.input_ids.append(token)
             reason = self._finish_reason(req, token)
-            outputs.append(TokenOutput(req.uid, token, reason is not None, reason))
+            outputs.append(TokenOutput(req.uid, token, reason is not None, reason,
+                                       cached_tokens=req.cached_tokens))
             if reason is not None:
                 if not batch.is_prefill:
                     self.decode.remove(req)
