@@ -1,0 +1,141 @@
+"""Comparing the learner's value with the expected one, and showing values to a person."""
+
+from __future__ import annotations
+
+import sys
+
+MAX_SHOWN = 6  # tensor elements shown
+MAX_LINES = 24  # lines per described value
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _is_tensor(value) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _fmt_number(x) -> str:
+    if isinstance(x, bool) or isinstance(x, int):
+        return str(x)
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    return f"{x:.6g}"
+
+
+def describe_tensor(t) -> str:
+    flat = t.detach().reshape(-1)
+    head = ", ".join(_fmt_number(v) for v in flat[:MAX_SHOWN].tolist())
+    more = ", ..." if flat.numel() > MAX_SHOWN else ""
+    dtype = str(t.dtype).removeprefix("torch.")
+    return f"tensor(shape={list(t.shape)}, dtype={dtype}) [{head}{more}]"
+
+
+def describe(value, indent: str = "") -> str:
+    """A few readable lines: tensors as shape, dtype and their first values."""
+    lines: list[str] = []
+
+    def walk(v, pad: str, label: str) -> None:
+        if len(lines) > MAX_LINES:
+            return
+        if isinstance(v, dict) and v and any(_is_tensor(x) or isinstance(x, (dict, list, tuple))
+                                             for x in v.values()):
+            lines.append(f"{pad}{label}{{")
+            for k, x in v.items():
+                walk(x, pad + "  ", f"{k!r}: ")
+            lines.append(f"{pad}}}")
+        elif isinstance(v, (list, tuple)) and any(_is_tensor(x) for x in v):
+            lines.append(f"{pad}{label}{'(' if isinstance(v, tuple) else '['}")
+            for x in v:
+                walk(x, pad + "  ", "")
+            lines.append(f"{pad}{')' if isinstance(v, tuple) else ']'}")
+        elif _is_tensor(v):
+            lines.append(f"{pad}{label}{describe_tensor(v)}")
+        else:
+            text = repr(v)
+            lines.append(f"{pad}{label}{text if len(text) <= 300 else text[:300] + ' ...'}")
+
+    walk(value, indent, "")
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES] + [indent + "..."]
+    return "\n".join(lines)
+
+
+def compare_tensors(expected, actual, atol: float, rtol: float) -> str | None:
+    torch = _torch()
+    if not _is_tensor(actual):
+        return f"应为张量，实际是 {type(actual).__name__}"
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"形状不对：期望 {list(expected.shape)}，实际 {list(actual.shape)}"
+    if actual.dtype != expected.dtype:
+        return f"dtype 不对：期望 {expected.dtype}，实际 {actual.dtype}"
+    if expected.numel() == 0:
+        return None
+    if expected.is_floating_point():
+        e, a = expected.double(), actual.double()
+        close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if bool(close.all()):
+            return None
+        diff = (a - e).abs()
+        diff = torch.where(torch.isnan(diff) | (diff == float("inf")), torch.full_like(diff, float("inf")),
+                           diff)
+        diff = torch.where(close, torch.zeros_like(diff), diff)
+        worst = int(diff.reshape(-1).argmax())
+        index = list(torch.unravel_index(torch.tensor(worst), expected.shape))
+        where = [int(i) for i in index]
+        bad = int((~close).sum())
+        what = f"超出容差（atol={atol:g}, rtol={rtol:g}）" if atol or rtol else "不相等"
+        return (f"{bad}/{expected.numel()} 个元素{what}；"
+                f"max abs diff = {_fmt_number(float(diff.reshape(-1)[worst]))}，"
+                f"位置 {where}：期望 {_fmt_number(float(e.reshape(-1)[worst]))}，"
+                f"实际 {_fmt_number(float(a.reshape(-1)[worst]))}")
+    equal = expected == actual
+    if bool(equal.all()):
+        return None
+    worst = int((~equal).reshape(-1).nonzero()[0])
+    where = [int(i) for i in torch.unravel_index(torch.tensor(worst), expected.shape)]
+    return (f"{int((~equal).sum())}/{expected.numel()} 个元素不相等；位置 {where}："
+            f"期望 {expected.reshape(-1)[worst].item()}，实际 {actual.reshape(-1)[worst].item()}")
+
+
+def compare(expected, actual, atol: float = 0.0, rtol: float = 0.0, path: str = "返回值") -> str | None:
+    """None when equal (within tolerance for float tensors), else a message naming the place."""
+    if _is_tensor(expected):
+        message = compare_tensors(expected, actual, atol, rtol)
+        return None if message is None else f"{path}：{message}"
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return f"{path}：应为 dict，实际是 {type(actual).__name__}"
+        missing = [k for k in expected if k not in actual]
+        extra = [k for k in actual if k not in expected]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"缺少键 {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+            if extra:
+                parts.append(f"多出键 {extra[:5]}{' ...' if len(extra) > 5 else ''}")
+            return f"{path}：" + "，".join(parts)
+        for k in expected:
+            message = compare(expected[k], actual[k], atol, rtol, f"{path}[{k!r}]")
+            if message:
+                return message
+        return None
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)):
+            return f"{path}：应为 {type(expected).__name__}，实际是 {type(actual).__name__}"
+        if len(actual) != len(expected):
+            return f"{path}：长度不对：期望 {len(expected)}，实际 {len(actual)}"
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            message = compare(e, a, atol, rtol, f"{path}[{i}]")
+            if message:
+                return message
+        return None
+    if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        if abs(actual - expected) <= atol + rtol * abs(expected) or actual == expected:
+            return None
+        return f"{path}：期望 {expected!r}，实际 {actual!r}"
+    if type(actual) is not type(expected) or actual != expected:
+        return f"{path}：期望 {expected!r}，实际 {actual!r}"
+    return None

@@ -1,0 +1,84 @@
+"""The judge's terminal output."""
+
+from __future__ import annotations
+
+from .exercises import Exercise, by_chapter
+from .runner import VERDICTS, JudgeResult
+
+DETAIL_TITLES = [
+    ("input", "输入"),
+    ("expected", "期望输出"),
+    ("actual", "实际输出"),
+    ("traceback", "错误信息"),
+    ("stdout", "程序输出（stdout）"),
+    ("stderr", "程序输出（stderr）"),
+]
+
+
+def _indent(text: str, pad: str = "    ") -> str:
+    return "\n".join(pad + line for line in str(text).splitlines())
+
+
+def _width(text: str) -> int:
+    return sum(2 if ord(ch) > 0x2E7F else 1 for ch in text)
+
+
+def sandbox_line(result: JudgeResult) -> str:
+    s = result.sandbox
+    if not s:
+        return ""
+    who = f"uid {s['uid']}" if s.get("uid") is not None else "当前用户"
+    if s.get("read_search_capability"):
+        who += "（保留只读的 CAP_DAC_READ_SEARCH）"
+    lock = f"Landlock ABI {s['landlock_abi']}" if s.get("landlock_abi") else "无 Landlock"
+    return (f"沙箱：{who} · {lock} · 每个用例 CPU {s['cpu_s']:g} s · 内存 {s['memory_mb']} MB · "
+            f"进程 {s['max_processes']} · 单个文件 {s['output_mb']} MB")
+
+
+def format_result(result: JudgeResult, source_name: str = "") -> str:
+    ex = result.exercise
+    lines = [f"{ex.label} · 第 {ex.chapter} 章"]
+    if source_name:
+        lines.append(f"文件：{source_name}")
+    if sandbox_line(result):
+        lines.append(sandbox_line(result))
+    lines.append("")
+    names = [f"#{c.index + 1} {c.name}{'' if c.visible else '（隐藏）'}" for c in result.cases]
+    width = max((_width(n) for n in names), default=0)
+    for case, name in zip(result.cases, names):
+        time = f"{case.cpu_s:.3f}s" if isinstance(case.cpu_s, (int, float)) else ""
+        note = f"  {case.message}" if case.verdict != "AC" and case.message else ""
+        if len(note) > 90:
+            note = note[:90] + "…"
+        lines.append(f"  {name}{' ' * (width - _width(name))}  {case.verdict:<3}  {time:>8}{note}")
+    failure = result.first_failure
+    if failure is not None:
+        lines += ["", f"第一个未通过的用例：#{failure.index + 1} {failure.name}",
+                  f"  结论：{failure.verdict}（{VERDICTS[failure.verdict]}）{failure.message}"]
+        for key, title in DETAIL_TITLES:
+            if failure.details.get(key):
+                lines += [f"  {title}：", _indent(failure.details[key])]
+    if result.sandbox.get("stray_killed"):
+        lines.append(f"\n评测结束时清理了 {result.sandbox['stray_killed']} 个残留进程。")
+    lines += ["", f"结果：{result.passed}/{len(result.cases)} 通过",
+              f"{result.passed} passed, {result.failed} failed"]
+    return "\n".join(lines)
+
+
+def format_list(passed: set[int] | None = None, chapter: int | None = None) -> str:
+    passed = passed or set()
+    lines = []
+    for number, exercises in by_chapter().items():
+        if chapter not in (None, number):
+            continue
+        lines.append(f"第 {number} 章")
+        for ex in exercises:
+            mark = "✓" if ex.id in passed else " "
+            lines.append(f"  {mark} {ex.label}  [{ex.language}]  {ex.dir.name}")
+    return "\n".join(lines)
+
+
+def exercise_json(ex: Exercise) -> dict:
+    return {"id": ex.id, "chapter": ex.chapter, "title": ex.title, "difficulty": ex.difficulty,
+            "language": ex.language, "file": ex.file, "label": ex.label,
+            "time_limit_s": ex.time_limit_s, "memory_mb": ex.memory_mb}

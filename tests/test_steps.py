@@ -1,0 +1,348 @@
+"""tools/steps.py on small synthetic repositories: markers, counts, the tree, and check's isolation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS = REPO / "tools" / "steps.py"
+
+
+def _load_steps():
+    spec = importlib.util.spec_from_file_location("minisgl_steps", STEPS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+steps = _load_steps()
+
+
+# Marker lines are built from pieces so that this file never contains a marker line itself.
+def opens(tag: str) -> str:
+    return "# " + ">>> " + tag
+
+
+def closes(tag: str) -> str:
+    return "# " + "<<< " + tag
+
+
+def src(*lines: str) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def make_repo(root: Path, chapters: list[dict], files: dict[str, str]) -> Path:
+    """Write files and a manifest; each chapter dict gives number, files and optionally more."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    lines = []
+    for ch in chapters:
+        n = ch["number"]
+        entry = {
+            "number": n,
+            "slug": f"s{n}",
+            "stage": "一 · 测试",
+            "title": f"第{n}章",
+            "main": ch.get("main", f"examples/ch{n:02d}.py"),
+            "tests": ch.get("tests", []),
+            "docs": f"docs/chapters/ch{n:02d}.md",
+            "files": ch.get("files", []),
+        }
+        if "early" in ch:
+            entry["early"] = ch["early"]
+        lines.append("[[chapter]]")
+        lines += [
+            f"{key} = {json.dumps(value, ensure_ascii=False)}" for key, value in entry.items()
+        ]
+        lines.append("")
+    (root / "tools").mkdir(exist_ok=True)
+    (root / "tools" / "chapters.toml").write_text("\n".join(lines), encoding="utf-8")
+    for ch in chapters:
+        main = root / ch.get("main", f"examples/ch{ch['number']:02d}.py")
+        if not main.exists():
+            main.parent.mkdir(parents=True, exist_ok=True)
+            main.write_text("print('ok')\n", encoding="utf-8")
+    return root
+
+
+PKG = "python/minisgl/"
+
+
+def two_chapter_repo(tmp_path: Path) -> Path:
+    files = {
+        PKG + "__init__.py": src(
+            "VERSION = 1",
+            opens("ch02"),
+            "NEW_IN_TWO = True",
+            closes("ch02"),
+            opens("before ch02"),
+            "OLD = True",
+            closes("before ch02"),
+        ),
+        PKG + "utils/__init__.py": "",
+        PKG + "utils/misc.py": "X = 1\n",
+        PKG + "layers/__init__.py": "",
+        PKG + "layers/norm.py": "Y = 2\n",
+        PKG + "core.py": "Z = 3\n",
+        PKG + "__main__.py": "",
+    }
+    chapters = [
+        {
+            "number": 1,
+            "files": [PKG + "__init__.py", PKG + "utils/__init__.py", PKG + "utils/misc.py"],
+        },
+        {
+            "number": 2,
+            "files": [PKG + "layers/__init__.py", PKG + "layers/norm.py", PKG + "__main__.py"],
+            "early": [PKG + "core.py"],
+        },
+    ]
+    return make_repo(tmp_path, chapters, files)
+
+
+def test_from_and_before_blocks(tmp_path):
+    manifest = steps.load_manifest(two_chapter_repo(tmp_path))
+    one = steps.file_at_chapter(PKG + "__init__.py", 1, manifest)
+    two = steps.file_at_chapter(PKG + "__init__.py", 2, manifest)
+    assert one == "VERSION = 1\nOLD = True\n"
+    assert two == "VERSION = 1\nNEW_IN_TWO = True\n"
+
+
+def test_file_of_a_later_chapter_does_not_exist_yet(tmp_path):
+    manifest = steps.load_manifest(two_chapter_repo(tmp_path))
+    with pytest.raises(steps.StepsError, match="added in chapter 2"):
+        steps.file_at_chapter(PKG + "layers/norm.py", 1, manifest)
+
+
+def test_comment_styles_and_chapter_number_forms():
+    text = src("a", "  // " + ">>> ch5", "b", "  //" + "<<< ch05", "c")
+    lines = steps.parse_markers(text, "k.cu")
+    assert steps.render(lines, 4) == "a\nc\n"
+    assert steps.render(lines, 5) == "a\nb\nc\n"
+
+
+@pytest.mark.parametrize(
+    ("lines", "where", "what"),
+    [
+        (
+            ["x", opens("ch02"), "y", opens("ch03"), closes("ch03"), closes("ch02")],
+            "m.py:4",
+            "nest",
+        ),
+        (["x", opens("ch02"), "y"], "m.py:2", "never closed"),
+        (["x", closes("ch02")], "m.py:2", "no block is open"),
+        ([opens("ch02"), closes("before ch02")], "m.py:2", "does not match"),
+        (["# " + ">>> ch02 starts here"], "m.py:1", "malformed"),
+    ],
+)
+def test_bad_markers_name_file_and_line(lines, where, what):
+    with pytest.raises(steps.StepsError, match=what) as error:
+        steps.parse_markers(src(*lines), "m.py")
+    assert str(error.value).startswith(where + ":")
+
+
+def test_ordinary_comments_are_not_markers():
+    text = src("# >>> import torch", ">>> ch02", "# see chapter 2", "x = '# >>> ch02'")
+    assert steps.render(steps.parse_markers(text, "m.py"), 1) == text
+
+
+def test_bad_markers_stop_materialize_with_file_and_line(tmp_path):
+    files = {PKG + "__init__.py": src("x", opens("ch02"), "y")}
+    root = make_repo(tmp_path / "repo", [{"number": 1, "files": [PKG + "__init__.py"]}], files)
+    with pytest.raises(steps.StepsError, match=r"python/minisgl/__init__.py:2"):
+        steps.materialize(1, tmp_path / "out", steps.load_manifest(root))
+
+
+def test_header_counts_new_modified_early(tmp_path):
+    manifest = steps.load_manifest(two_chapter_repo(tmp_path))
+    assert (
+        steps.header_line(manifest, 1) == "到这一章为止的文件：3 个（新建 3，修改 0，提前引入 0）"
+    )
+    assert (
+        steps.header_line(manifest, 2) == "到这一章为止的文件：7 个（新建 3，修改 1，提前引入 1）"
+    )
+
+
+def test_tree_marks_and_collapses(tmp_path):
+    text = steps.tree_text(2, steps.load_manifest(two_chapter_repo(tmp_path)))
+    assert text == (
+        "到这一章为止的文件：7 个（新建 3，修改 1，提前引入 1）\n"
+        "\n"
+        "minisgl/\n"
+        "├── __init__.py  ← 本章修改\n"
+        "├── core.py  ← 提前引入\n"
+        "├── __main__.py  ← 本章新建\n"
+        "├── layers/\n"
+        "│   ├── __init__.py  ← 本章新建\n"
+        "│   └── norm.py  ← 本章新建\n"
+        "└── utils/  （2 个文件，不变）\n"
+    )
+
+
+def test_tree_command_line(tmp_path, capsys):
+    root = two_chapter_repo(tmp_path)
+    assert steps.main(["--root", str(root), "tree", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("到这一章为止的文件：3 个（新建 3，修改 0，提前引入 0）\n")
+    assert "└── utils/\n    ├── __init__.py  ← 本章新建\n    └── misc.py  ← 本章新建\n" in out
+
+
+def test_list_counts_and_exercises(tmp_path, capsys):
+    root = two_chapter_repo(tmp_path)
+    (root / "practice" / "exercises" / "201-norm").mkdir(parents=True)
+    (root / "practice" / "exercises" / "202-core").mkdir()
+    (root / "docs" / "chapters").mkdir(parents=True)
+    (root / "docs" / "chapters" / "ch01.md").write_text("# 1\n", encoding="utf-8")
+    assert steps.main(["--root", str(root), "list"]) == 0
+    one, two = capsys.readouterr().out.splitlines()[:2]
+    assert one.split() == (
+        "ch01 new 3 mod 0 total 3 main yes tests 0/0 docs yes exercises 0 第1章".split()
+    )
+    assert two.split() == (
+        "ch02 new 3 mod 1 early 1 total 7 main yes tests 0/0 docs no exercises 2 第2章".split()
+    )
+
+
+def test_list_tolerates_no_practice_folder(tmp_path):
+    assert steps.exercises(tmp_path, 1) == []
+
+
+def test_validation(tmp_path):
+    files = {
+        PKG + "__init__.py": src(
+            opens("ch07"), "a", closes("ch07"), opens("ch99"), "b", closes("ch99")
+        ),
+        PKG + "stray.py": "",
+    }
+    chapters = [
+        {"number": 1, "files": [PKG + "__init__.py", PKG + "gone.py"]},
+        {"number": 2, "files": [PKG + "__init__.py"]},
+    ]
+    manifest = steps.load_manifest(make_repo(tmp_path, chapters, files))
+    problems = {p.message: p for p in steps.validate(manifest)}
+    assert problems["python/minisgl/__init__.py is listed twice (chapters 1 and 2)"].error
+    assert problems["chapter 1: python/minisgl/gone.py does not exist"].missing
+    assert not problems["python/minisgl/__init__.py: marker for unknown chapter 99"].error
+    assert not problems["python/minisgl/stray.py is in no chapter of the manifest"].error
+    assert not any("chapter 7" in message for message in problems)  # a planned later chapter
+    with pytest.raises(steps.StepsError, match="listed twice"):
+        steps.materialize(1, tmp_path / "out", manifest)
+
+
+def test_materialize_layout(tmp_path):
+    root = two_chapter_repo(tmp_path / "repo")
+    (root / "pyproject.toml").write_text("[project]\nname = 'x'\n", encoding="utf-8")
+    (root / "tests").mkdir()
+    (root / "tests" / "conftest.py").write_text(
+        src("A = 1", opens("ch02"), "B = 2", closes("ch02"))
+    )
+    (root / "tools" / "helper.py").write_text(src("keep", opens("ch02"), closes("ch02")))
+    dest = steps.materialize(1, tmp_path / "out", steps.load_manifest(root))
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert files == [
+        "examples/ch01.py",
+        "pyproject.toml",
+        "python/minisgl/__init__.py",
+        "python/minisgl/utils/__init__.py",
+        "python/minisgl/utils/misc.py",
+        "tests/conftest.py",
+        "tools/chapters.toml",
+        "tools/helper.py",
+    ]
+    assert (dest / "tests/conftest.py").read_text() == "A = 1\n"
+    assert (dest / "tools/helper.py").read_text() == (root / "tools/helper.py").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# check: a chapter sees nothing from later chapters, nor the installed package
+
+
+def run_steps(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(STEPS), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def isolation_repo(tmp_path: Path) -> Path:
+    files = {
+        PKG + "__init__.py": "",
+        PKG + "later.py": "VALUE = 2\n",
+        "tests/test_ch01.py": src(
+            "import minisgl.later",
+            "",
+            "def test_later():",
+            "    assert minisgl.later.VALUE == 2",
+        ),
+        "tests/test_ch02.py": src(
+            "import os",
+            "import minisgl.later",
+            "",
+            "def test_from_tree():",
+            "    assert minisgl.later.__file__.startswith(os.getcwd())",
+        ),
+        "examples/ch02.py": src("import minisgl.later", "print('value', minisgl.later.VALUE)"),
+    }
+    chapters = [
+        {"number": 1, "files": [PKG + "__init__.py"], "tests": ["tests/test_ch01.py"]},
+        {"number": 2, "files": [PKG + "later.py"], "tests": ["tests/test_ch02.py"]},
+    ]
+    return make_repo(tmp_path, chapters, files)
+
+
+def test_check_hides_later_chapters(tmp_path):
+    root = isolation_repo(tmp_path)
+    failed = run_steps("--root", str(root), "check", "1")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "== ch01" in failed.stdout and "FAIL" in failed.stdout
+    assert "minisgl.later" in failed.stdout  # the tail of the failing output is shown
+    passed = run_steps("--root", str(root), "check", "2")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "1/1 chapters passed" in passed.stdout
+
+
+def test_check_hides_the_installed_package(tmp_path):
+    # Chapter 1 has no minisgl at all, so `import minisgl` may only succeed by leaking the
+    # repository's editable install into the chapter tree.
+    files = {
+        "python/other/__init__.py": "",
+        "tests/test_ch01.py": src("def test_import():", "    import minisgl  # noqa: F401"),
+    }
+    chapters = [
+        {"number": 1, "files": ["python/other/__init__.py"], "tests": ["tests/test_ch01.py"]}
+    ]
+    root = make_repo(tmp_path, chapters, files)
+    result = run_steps("--root", str(root), "check", "--keep")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No module named 'minisgl'" in result.stdout
+    assert "trees kept in " in result.stdout
+
+
+def test_guard_refuses_minisgl_from_outside_the_tree(tmp_path):
+    # Even when the real package stays on sys.path, the child refuses to import it.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(steps.SITECUSTOMIZE, encoding="utf-8")
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(site)]),
+        MINISGL_STEPS_TREE=str(tmp_path),
+        MINISGL_STEPS_HIDE="",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", "import minisgl"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    assert "steps.py isolation" in result.stderr

@@ -1,0 +1,662 @@
+"""Build the source tree as it stands after chapter N, show it, and check it.
+
+The repository holds one source tree: the final engine. `tools/chapters.toml` says which files each
+chapter adds (`files`, plus `early` for files a chapter needs before the chapter that explains
+them), its main and its tests. Lines that change from one chapter to another carry chapter markers.
+A marker is a whole line, a `#` or `//` comment whose text is one of
+
+    >>> chNN            the lines up to `<<< chNN` exist from chapter NN on
+    <<< chNN
+    >>> before chNN     the lines up to `<<< before chNN` exist only before chapter NN
+    <<< before chNN     (the older version that chapter NN replaces)
+
+for example, a function that chapter NN replaces by a faster one:
+
+    def forward(self, x):
+        #  >>> before chNN
+        return self.naive(x)
+        #  <<< before chNN
+        #  >>> chNN
+        return self.fused(x)
+        #  <<< chNN
+
+NN is a chapter number (`ch5` and `ch05` are the same). Marker lines never appear in a built tree,
+and blocks do not nest. A file is *modified* in chapter N when it carries a marker for N and was
+added in an earlier chapter.
+
+Exercises are folders `practice/exercises/<id>-<slug>/` whose meta.toml names their chapter (`chapter = 19`
+for 202); the folder may be absent.
+
+Commands:
+
+    python tools/steps.py list                  one line per chapter
+    python tools/steps.py tree N                the package tree after chapter N
+    python tools/steps.py materialize N DEST    write the tree after chapter N into DEST
+    python tools/steps.py check [N ...] [--keep]  build each tree, run its main and tests there
+
+`--root DIR` and `--manifest FILE` point the commands at another repository (the tests use this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "python/minisgl/"
+LAST_PLANNED_CHAPTER = 23  # DESIGN.md section 7; markers may point at chapters not yet written
+# Copied into every tree whatever the chapter: test plumbing and the tools themselves.
+SUPPORT = ["pyproject.toml", "tests/__init__.py", "tests/conftest.py", "tests/cuda", "tools"]
+
+NEW, MODIFIED, EARLY = "本章新建", "本章修改", "提前引入"
+
+
+class StepsError(Exception):
+    """A problem in the manifest or in the markers; the message names file:line where it can."""
+
+
+# --------------------------------------------------------------------------------------------
+# The manifest
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    slug: str
+    stage: str
+    title: str
+    main: str
+    tests: list[str]
+    docs: str
+    files: list[str]
+    early: list[str] = field(default_factory=list)
+
+    def added(self) -> list[str]:
+        """Every file this chapter brings into the tree."""
+        return [*self.files, *self.early, self.main, *self.tests]
+
+
+@dataclass
+class Manifest:
+    root: Path
+    chapters: list[Chapter]
+    added_in: dict[str, int] = field(default_factory=dict)  # path -> chapter that adds it
+    _parsed: dict[str, list[tuple[str, Cond | None]]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for ch in self.chapters:
+            for path in ch.added():
+                self.added_in.setdefault(path, ch.number)
+
+    def chapter(self, n: int) -> Chapter:
+        for ch in self.chapters:
+            if ch.number == n:
+                return ch
+        raise StepsError(f"chapter {n} is not in the manifest")
+
+    def upto(self, n: int) -> list[Chapter]:
+        return [ch for ch in self.chapters if ch.number <= n]
+
+    def parsed(self, path: str) -> list[tuple[str, Cond | None]]:
+        """The file's lines, each with the condition under which it exists (cached)."""
+        if path not in self._parsed:
+            file = self.root / path
+            text = read_text(file) if file.is_file() else ""  # a missing file is reported elsewhere
+            self._parsed[path] = parse_markers(text, path)
+        return self._parsed[path]
+
+
+def load_manifest(root: Path | str | None = None, path: Path | str | None = None) -> Manifest:
+    root = Path(root).resolve() if root else REPO
+    path = Path(path) if path else root / "tools" / "chapters.toml"
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    chapters = [
+        Chapter(
+            number=int(c["number"]),
+            slug=c["slug"],
+            stage=c["stage"],
+            title=c["title"],
+            main=c["main"],
+            tests=list(c.get("tests", [])),
+            docs=c.get("docs", f"docs/chapters/ch{int(c['number']):02d}.md"),
+            files=list(c.get("files", [])),
+            early=list(c.get("early", [])),
+        )
+        for c in data.get("chapter", [])
+    ]
+    chapters.sort(key=lambda ch: ch.number)
+    return Manifest(root=root, chapters=chapters)
+
+
+# --------------------------------------------------------------------------------------------
+# Markers
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A line inside a marker block exists from chapter `chapter` on, or only before it."""
+
+    before: bool
+    chapter: int
+
+    def holds(self, n: int) -> bool:
+        return n < self.chapter if self.before else n >= self.chapter
+
+
+MARKER = re.compile(r"(>>>|<<<)\s*(before\s+)?ch(\d+)")
+LOOKS_LIKE_MARKER = re.compile(r"(>>>|<<<)\s*(before\s|ch\d)")
+
+
+def read_marker(line: str, where: str) -> tuple[str, Cond] | None:
+    """('>>>' or '<<<', condition) if the line is a marker; raise if it is a malformed one."""
+    text = line.strip()
+    for prefix in ("#", "//"):
+        if text.startswith(prefix):
+            body = text[len(prefix) :].strip()
+            break
+    else:
+        return None
+    match = MARKER.fullmatch(body)
+    if match:
+        return match[1], Cond(before=bool(match[2]), chapter=int(match[3]))
+    if LOOKS_LIKE_MARKER.match(body):
+        raise StepsError(f"{where}: malformed chapter marker {text!r}")
+    return None
+
+
+def parse_markers(text: str, path: str) -> list[tuple[str, Cond | None]]:
+    """Pair every non-marker line with the condition of the block it sits in (None: always)."""
+    lines: list[tuple[str, Cond | None]] = []
+    open_cond, open_at = None, 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        marker = read_marker(line, f"{path}:{number}")
+        if marker is None:
+            lines.append((line, open_cond))
+            continue
+        arrow, cond = marker
+        if arrow == ">>>":
+            if open_cond is not None:
+                raise StepsError(
+                    f"{path}:{number}: marker blocks do not nest "
+                    f"(the block opened at line {open_at} is still open)"
+                )
+            open_cond, open_at = cond, number
+        elif cond != open_cond:
+            opened = f"the open block is from line {open_at}" if open_cond else "no block is open"
+            raise StepsError(f"{path}:{number}: closing marker does not match ({opened})")
+        else:
+            open_cond = None
+    if open_cond is not None:
+        raise StepsError(f"{path}:{open_at}: marker block is never closed")
+    return lines
+
+
+def render(lines: list[tuple[str, Cond | None]], n: int) -> str:
+    return "".join(line for line, cond in lines if cond is None or cond.holds(n))
+
+
+def marker_chapters(manifest: Manifest, path: str) -> set[int]:
+    return {cond.chapter for _, cond in manifest.parsed(path) if cond is not None}
+
+
+def read_text(path: Path) -> str:
+    """The file as text; binary files (no markers possible) come back empty of lines."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+def is_text(path: Path) -> bool:
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+@dataclass(frozen=True)
+class Problem:
+    error: bool  # False: a warning
+    message: str
+    chapter: int | None = None  # None: affects every chapter
+    missing: bool = False  # a listed file that does not exist (yet)
+
+
+def validate(manifest: Manifest) -> list[Problem]:
+    problems = [*_check_listing(manifest)]
+    known = {ch.number for ch in manifest.chapters}
+    last = max(known, default=0)
+    for path, added in manifest.added_in.items():
+        if not (manifest.root / path).is_file():
+            continue
+        try:
+            chapters = marker_chapters(manifest, path)
+        except StepsError as e:
+            problems.append(Problem(True, str(e), added))
+            continue
+        for m in sorted(chapters):
+            if m not in known and not last < m <= LAST_PLANNED_CHAPTER:
+                problems.append(Problem(False, f"{path}: marker for unknown chapter {m}"))
+            elif m <= added:
+                problems.append(
+                    Problem(
+                        False,
+                        f"{path}: marker for chapter {m}, but the file "
+                        f"is added in chapter {added}, so the marker changes nothing",
+                    )
+                )
+    problems += _unlisted_package_files(manifest)
+    return problems
+
+
+def _check_listing(manifest: Manifest):
+    seen: dict[str, int] = {}
+    for ch in manifest.chapters:
+        for path in ch.added():
+            if path in seen:
+                yield Problem(
+                    True, f"{path} is listed twice (chapters {seen[path]} and {ch.number})"
+                )
+            seen[path] = ch.number
+            if not (manifest.root / path).is_file():
+                yield Problem(True, f"chapter {ch.number}: {path} does not exist", ch.number, True)
+
+
+def _unlisted_package_files(manifest: Manifest):
+    package = manifest.root / PACKAGE
+    if not package.is_dir():
+        return
+    for file in sorted(package.rglob("*")):
+        rel = file.relative_to(manifest.root).as_posix()
+        if file.is_file() and "__pycache__" not in rel and rel not in manifest.added_in:
+            yield Problem(False, f"{rel} is in no chapter of the manifest")
+
+
+def fail_on_errors(manifest: Manifest, n: int, allow_missing: bool = False) -> list[Problem]:
+    """Raise if the tree of chapter n cannot be built; return the problems that remain."""
+    problems = [p for p in validate(manifest) if p.chapter is None or p.chapter <= n]
+    errors = [p.message for p in problems if p.error and not (allow_missing and p.missing)]
+    if errors:
+        raise StepsError("\n".join(errors))
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Files at a chapter
+
+
+def file_at_chapter(path: str, n: int, manifest: Manifest | None = None) -> str:
+    """The text of `path` (relative to the repo root) in the tree after chapter n."""
+    manifest = manifest or load_manifest()
+    added = manifest.added_in.get(path)
+    if added is None and path.startswith(PACKAGE):
+        raise StepsError(f"{path} is in no chapter of the manifest")
+    if added is not None and added > n:
+        raise StepsError(f"{path} is added in chapter {added}, so it does not exist at chapter {n}")
+    if not (manifest.root / path).is_file():
+        raise StepsError(f"{path} does not exist")
+    return render(manifest.parsed(path), n)
+
+
+def files_at(manifest: Manifest, n: int) -> list[str]:
+    """Every file the manifest puts into the tree after chapter n, support files aside."""
+    return [path for ch in manifest.upto(n) for path in ch.added()]
+
+
+def status(manifest: Manifest, path: str, n: int) -> str | None:
+    """How chapter n touches `path`: NEW, MODIFIED, EARLY or None."""
+    added = manifest.added_in[path]
+    if added == n:
+        return EARLY if path in manifest.chapter(n).early else NEW
+    return MODIFIED if n in marker_chapters(manifest, path) else None
+
+
+def materialize(n: int, dest: Path | str, manifest: Manifest | None = None) -> Path:
+    """Write the tree after chapter n into dest (which must be empty or absent)."""
+    manifest = manifest or load_manifest()
+    manifest.chapter(n)
+    fail_on_errors(manifest, n)
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise StepsError(f"{dest} is not empty")
+    for path in files_at(manifest, n):
+        _write(manifest, path, n, dest)
+    for item in SUPPORT:
+        source = manifest.root / item
+        if source.is_file():
+            _write(manifest, item, n, dest)
+        elif source.is_dir():
+            for file in sorted(source.rglob("*")):
+                rel = file.relative_to(manifest.root).as_posix()
+                if file.is_file() and "__pycache__" not in rel:
+                    _write(manifest, rel, n, dest, markers=item != "tools")
+    return dest
+
+
+def _write(manifest: Manifest, path: str, n: int, dest: Path, markers: bool = True) -> None:
+    source, target = manifest.root / path, dest / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if markers and is_text(source):
+        target.write_text(render(manifest.parsed(path), n), encoding="utf-8")
+        shutil.copymode(source, target)
+    else:
+        shutil.copy2(source, target)
+
+
+# --------------------------------------------------------------------------------------------
+# The tree shown at the top of every chapter page
+
+
+def header_line(manifest: Manifest, n: int) -> str:
+    package = [p for p in files_at(manifest, n) if p.startswith(PACKAGE)]
+    touched = [status(manifest, p, n) for p in package]
+    return (
+        f"到这一章为止的文件：{len(package)} 个（新建 {touched.count(NEW)}，"
+        f"修改 {touched.count(MODIFIED)}，提前引入 {touched.count(EARLY)}）"
+    )
+
+
+def tree_text(n: int, manifest: Manifest | None = None) -> str:
+    """The header line and the package tree after chapter n, as in the chapter pages."""
+    manifest = manifest or load_manifest()
+    manifest.chapter(n)
+    fail_on_errors(manifest, n, allow_missing=True)  # a planned file still shows in the tree
+    root: dict = {}
+    for path in files_at(manifest, n):
+        if path.startswith(PACKAGE):
+            *folders, name = path[len(PACKAGE) :].split("/")
+            node = root
+            for folder in folders:
+                node = node.setdefault(folder + "/", {})
+            node[name] = status(manifest, path, n)
+    lines = ["minisgl/", *_tree_lines(root, "")]
+    return header_line(manifest, n) + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _tree_lines(node: dict, indent: str) -> list[str]:
+    files = sorted((k for k in node if not k.endswith("/")), key=_file_order)
+    folders = sorted(k for k in node if k.endswith("/"))
+    names = [*files, *folders]
+    lines = []
+    for i, name in enumerate(names):
+        last = i == len(names) - 1
+        branch, deeper = ("└── ", "    ") if last else ("├── ", "│   ")
+        child = node[name]
+        if not name.endswith("/"):
+            lines.append(indent + branch + name + (f"  ← {child}" if child else ""))
+        elif _touched(child):
+            lines.append(indent + branch + name)
+            lines += _tree_lines(child, indent + deeper)
+        else:
+            lines.append(f"{indent}{branch}{name}  （{_count(child)} 个文件，不变）")
+    return lines
+
+
+def _file_order(name: str) -> tuple[bool, str]:
+    return name != "__init__.py", name.lstrip("_").lower()
+
+
+def _touched(node: dict) -> bool:
+    return any(_touched(v) if k.endswith("/") else v for k, v in node.items())
+
+
+def _count(node: dict) -> int:
+    return sum(_count(v) if k.endswith("/") else 1 for k, v in node.items())
+
+
+# --------------------------------------------------------------------------------------------
+# list
+
+
+def exercises(root: Path, n: int) -> list[str]:
+    """Exercise folders whose meta.toml says `chapter = n` (ids are not tied to chapters)."""
+    found = []
+    for meta in sorted((root / "practice" / "exercises").glob("*/meta.toml")):
+        with meta.open("rb") as f:
+            if tomllib.load(f).get("chapter") == n:
+                found.append(meta.parent.name)
+    return found
+
+
+def list_lines(manifest: Manifest) -> list[str]:
+    lines = []
+    for ch in manifest.chapters:
+        package = [p for p in files_at(manifest, ch.number) if p.startswith(PACKAGE)]
+        try:
+            touched = [status(manifest, p, ch.number) for p in package]
+        except StepsError:
+            touched = []  # broken markers: validate() reports them below the table
+        tests = sum((manifest.root / t).is_file() for t in ch.tests)
+        early = f" early {touched.count(EARLY)}" if touched.count(EARLY) else ""
+        lines.append(
+            f"ch{ch.number:02d}  new {touched.count(NEW):2d} mod {touched.count(MODIFIED):2d}"
+            f"{early} total {len(package):3d}  "
+            f"main {_yes((manifest.root / ch.main).is_file())}  tests {tests}/{len(ch.tests)}  "
+            f"docs {_yes((manifest.root / ch.docs).is_file())}  "
+            f"exercises {len(exercises(manifest.root, ch.number))}  {ch.title}"
+        )
+    return lines
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no "
+
+
+# --------------------------------------------------------------------------------------------
+# check
+
+
+# Runs first in every child: hide the real repository and any editable install of it, and refuse
+# to import minisgl from anywhere but the chapter tree.
+SITECUSTOMIZE = """\
+import os
+import sys
+
+_TREE = os.path.realpath(os.environ["MINISGL_STEPS_TREE"])
+_HIDE = [os.path.realpath(p) for p in os.environ["MINISGL_STEPS_HIDE"].split(os.pathsep) if p]
+
+
+def _inside(path, folder):
+    path = os.path.realpath(path or os.getcwd())
+    return path == folder or path.startswith(folder + os.sep)
+
+
+def _foreign(path):
+    return not _inside(path, _TREE) and any(_inside(path, h) for h in _HIDE)
+
+
+def _editable(obj):
+    return "__editable__" in getattr(obj, "__module__", "") + repr(obj)
+
+
+sys.meta_path[:] = [f for f in sys.meta_path if not _editable(f)]
+sys.path_hooks[:] = [h for h in sys.path_hooks if not _editable(h)]
+sys.path[:] = [p for p in sys.path if not _foreign(p)]
+sys.path_importer_cache.clear()
+
+
+class _OnlyFromTree:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != "minisgl" and not name.startswith("minisgl."):
+            return None
+        for finder in sys.meta_path:
+            if finder is cls or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        places = [spec.origin] if spec.origin else list(spec.submodule_search_locations or [])
+        for place in places:
+            if place in ("built-in", "frozen") or not _inside(place, _TREE):
+                raise ImportError(
+                    f"steps.py isolation: {name} would come from {place}, outside {_TREE}"
+                )
+        return spec
+
+
+sys.meta_path.insert(0, _OnlyFromTree)
+"""
+
+
+def child_env(tree: Path, site_dir: Path, root: Path) -> dict[str, str]:
+    hide = [str(root)]
+    spec = importlib.util.find_spec("minisgl") if "minisgl" not in sys.modules else None
+    origin = spec.origin if spec else getattr(sys.modules.get("minisgl"), "__file__", None)
+    if origin:
+        installed = Path(origin).resolve().parent.parent
+        if installed.name not in ("site-packages", "dist-packages"):
+            hide.append(str(installed))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree / "python"), str(site_dir)])
+    env["MINISGL_STEPS_TREE"] = str(tree)
+    env["MINISGL_STEPS_HIDE"] = os.pathsep.join(hide)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@dataclass
+class StepResult:
+    ok: bool
+    seconds: float
+    output: str
+
+
+def run_step(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> StepResult:
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        output = "".join(_text(part) for part in (e.stdout, e.stderr))
+        return StepResult(
+            False, time.monotonic() - start, output + f"\n(timed out after {timeout}s)"
+        )
+    return StepResult(done.returncode == 0, time.monotonic() - start, done.stdout + done.stderr)
+
+
+def _text(part: str | bytes | None) -> str:
+    # TimeoutExpired carries bytes even when the run asked for text
+    return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+
+
+def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> bool:
+    ch = manifest.chapter(n)
+    print(f"== ch{n:02d} {ch.title}", flush=True)
+    tree = workdir / f"ch{n:02d}"
+    try:
+        materialize(n, tree, manifest)
+    except StepsError as e:
+        print(f"   tree   FAIL\n{_indent(str(e))}", flush=True)
+        return False
+    site_dir = workdir / "site"
+    site_dir.mkdir(exist_ok=True)
+    (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    env = child_env(tree, site_dir, manifest.root)
+    steps = [("main ", [sys.executable, ch.main], ch.main)]
+    if ch.tests:
+        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ch.tests]
+        steps.append(("tests", pytest, "pytest " + " ".join(ch.tests)))
+    ok = True
+    for label, command, shown in steps:
+        print(f"   {label}  {shown} ...", end=" ", flush=True)
+        result = run_step(command, tree, env, timeout)
+        last = result.output.strip().splitlines()[-1:] or [""]
+        verdict = "ok" if result.ok else "FAIL"
+        print(f"{verdict} ({result.seconds:.1f}s)  {last[0][:80]}", flush=True)
+        if not result.ok:
+            ok = False
+            print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
+    return ok
+
+
+def _indent(text: str) -> str:
+    return "\n".join("   | " + line for line in text.splitlines())
+
+
+def check(manifest: Manifest, numbers: list[int], keep: bool, timeout: float) -> bool:
+    workdir = Path(tempfile.mkdtemp(prefix="minisgl-steps-"))
+    failed = []
+    try:
+        for n in numbers or [ch.number for ch in manifest.chapters]:
+            if not check_chapter(manifest, n, workdir, timeout):
+                failed.append(n)
+    finally:
+        if keep:
+            print(f"trees kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    total = len(numbers or manifest.chapters)
+    summary = ", ".join(f"ch{n:02d}" for n in failed) or "none"
+    print(f"{total - len(failed)}/{total} chapters passed; failed: {summary}")
+    return not failed
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, help="repository root (default: this repository)")
+    parser.add_argument(
+        "--manifest", type=Path, help="manifest (default: ROOT/tools/chapters.toml)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="one line per chapter")
+    tree = sub.add_parser("tree", help="the package tree after chapter N")
+    tree.add_argument("n", type=int)
+    mat = sub.add_parser("materialize", help="write the tree after chapter N into DEST")
+    mat.add_argument("n", type=int)
+    mat.add_argument("dest", type=Path)
+    chk = sub.add_parser("check", help="build each chapter's tree and run its main and tests")
+    chk.add_argument("n", type=int, nargs="*", help="chapters (default: all)")
+    chk.add_argument("--keep", action="store_true", help="keep the trees and print where")
+    chk.add_argument("--timeout", type=float, default=600, help="seconds per main or test run")
+    args = parser.parse_args(argv)
+
+    try:
+        manifest = load_manifest(args.root, args.manifest)
+        if args.command == "list":
+            print("\n".join(list_lines(manifest)))
+            for p in validate(manifest):
+                print(
+                    ("missing: " if p.missing else "error: " if p.error else "warning: ")
+                    + p.message
+                )
+        elif args.command == "tree":
+            print(tree_text(args.n, manifest), end="")
+            for p in fail_on_errors(manifest, args.n, allow_missing=True):
+                if p.missing:
+                    print(f"warning: {p.message}", file=sys.stderr)
+        elif args.command == "materialize":
+            print(materialize(args.n, args.dest, manifest))
+        else:
+            return 0 if check(manifest, args.n, args.keep, args.timeout) else 1
+    except StepsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
