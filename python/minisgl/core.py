@@ -53,12 +53,11 @@ class Req:
     table_idx: int = -1  # this request's row of the page table, -1 while not admitted
     cached_len: int = 0
     extend_len: int = 0  # tokens to compute in the current batch
-    # >>> ch08
+    # The scheduler's bookkeeping of this request's KV memory (chapter 8):
     shared_len: int = 0  # positions [0, shared_len) use slots owned by the prefix cache
     alloc_len: int = 0  # positions [0, alloc_len) have a slot in the page table row
     cache_handle: object | None = None  # the prefix-cache node this request keeps locked
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache at admission
-    # <<< ch08
 
     def __post_init__(self) -> None:
         if self.prompt_len < 0:

@@ -43,7 +43,14 @@ class PrefillManager:
             fresh = req.table_idx < 0
             if budget <= 0 or (fresh and not self._admit(req)):
                 break
+            # >>> before ch09
+            chunk = len(req.input_ids) - req.cached_len
+            if reqs and chunk > budget:
+                break  # a prompt past the budget waits for a batch of its own
+            # <<< before ch09
+            # >>> ch09
             chunk = min(len(req.input_ids) - req.cached_len, budget)
+            # <<< ch09
             if self.cache.available_tokens - chunk < reserve_tokens or \
                     not self.cache.allocate(req, req.cached_len + chunk):
                 if fresh:  # hold nothing while waiting, so waiting requests cannot deadlock
@@ -52,8 +59,10 @@ class PrefillManager:
             req.extend_len = chunk
             reqs.append(req)
             budget -= chunk
+            # >>> ch09
             if req.cached_len + chunk < len(req.input_ids):
                 break  # a chunked request must be the last of its batch
+            # <<< ch09
             self.waiting.popleft()
         return Batch(reqs, "prefill") if reqs else None
 
