@@ -59,7 +59,7 @@ def test_model_config_from_hf_configs(hf_config, arch):
                     num_key_value_heads=2, tie_word_embeddings=True).to_dict()
     cfg = ModelConfig.from_dict(raw)
     assert cfg.architecture == arch and cfg.num_kv_heads == 2 and cfg.tie_word_embeddings
-    assert cfg.head_dim == raw.get("head_dim") or 256 // 8
+    assert cfg.head_dim == (raw.get("head_dim") or 256 // 8)
     assert cfg.attention_bias == (arch == "Qwen2ForCausalLM")
     assert cfg.use_qk_norm == (arch == "Qwen3ForCausalLM")
 

@@ -83,10 +83,12 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class RotaryEmbedding(BaseOP):
     def __init__(self, head_dim: int, max_position: int, base: float,
                  scaling: RopeScaling | None = None) -> None:
-        inv_freq, mscale = compute_inv_freq(head_dim, base, scaling or RopeScaling(), max_position)
-        freqs = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq.cpu())
-        angles = torch.cat((freqs, freqs), dim=-1)
-        device = torch.empty(0).device  # follow the default device the model is built on
+        device = torch.empty(0).device  # the default device the model is being built on
+        with torch.device("cpu"):  # the tables are computed once, in fp32, on the CPU
+            inv_freq, mscale = compute_inv_freq(head_dim, base, scaling or RopeScaling(),
+                                                max_position)
+            freqs = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+            angles = torch.cat((freqs, freqs), dim=-1)
         self._cos = (angles.cos() * mscale).to(device)
         self._sin = (angles.sin() * mscale).to(device)
 
