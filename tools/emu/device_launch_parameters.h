@@ -1,0 +1,3 @@
+// device_launch_parameters.h for the minisgl CPU emulator: everything lives in emu_cuda.h.
+#pragma once
+#include "emu_cuda.h"
