@@ -4,7 +4,9 @@ For every request it gathers the K/V rows of its whole sequence from the pool (t
 table row), then runs scaled-dot-product attention of its new queries against them. A new token at
 position p may only see keys at positions <= p; with a cached prefix of length c, the i-th new
 query sits at position c + i. Decode batches (one new token per request, which sees everything)
-are padded into one batched call instead of one call per request.
+run as a few padded batched calls instead of one call per request: requests are sorted by length
+and grouped so that padding wastes little. Grouped-query attention never copies K/V per query
+head: the query heads that share a KV head are stacked as extra query rows.
 """
 
 from __future__ import annotations
@@ -20,12 +22,26 @@ from .base import BaseAttnBackend
 
 
 @dataclass
+class DecodeGroup:
+    """Decode requests of similar length, attended in one padded call."""
+
+    rows: torch.Tensor  # [g] positions of these requests in the batch
+    slots: torch.Tensor  # [g * max_len] their KV slots, padded with slot 0
+    mask: torch.Tensor  # [g, 1, 1, max_len] which keys are real
+    buffer: torch.Tensor  # [2, g * max_len, kv_heads * head_dim] gathered K and V
+    # One buffer for all layers: each layer's gather is consumed before the next layer runs.
+    # (index_select into it is several times faster than advanced indexing on a CPU.)
+
+
+@dataclass
 class TorchAttnMetadata:
     q_lens: list[int]  # new tokens per request
     kv_lens: list[int]  # cached + new tokens per request
     kv_slots: list[torch.Tensor]  # per request: pool slots of positions [0, kv_len)
-    decode_slots: torch.Tensor | None  # decode only: [batch, max_kv_len] slots, padded
-    decode_mask: torch.Tensor | None  # decode only: [batch, 1, 1, max_kv_len] valid keys
+    decode_groups: list[DecodeGroup]  # decode batches only
+
+
+MAX_PADDING = 1.25  # a decode group's longest request is at most this times its shortest
 
 
 class TorchNativeBackend(BaseAttnBackend):
@@ -37,17 +53,35 @@ class TorchNativeBackend(BaseAttnBackend):
         q_lens = [r.extend_len for r in batch.reqs]
         kv_lens = [r.seq_len for r in batch.reqs]
         slots = [page_table[r.table_idx, :n].long() for r, n in zip(batch.reqs, kv_lens)]
-        decode_slots = decode_mask = None
+        meta = TorchAttnMetadata(q_lens, kv_lens, slots, [])
         if not batch.is_prefill:
-            longest = max(kv_lens)
-            decode_slots = torch.zeros(len(slots), longest, dtype=torch.long,
-                                       device=page_table.device)
-            for i, s in enumerate(slots):
-                decode_slots[i, : len(s)] = s
-            lens = torch.tensor(kv_lens, device=page_table.device)
-            decode_mask = (torch.arange(longest, device=page_table.device) < lens[:, None])
-            decode_mask = decode_mask[:, None, None, :]
-        batch.attn_metadata = TorchAttnMetadata(q_lens, kv_lens, slots, decode_slots, decode_mask)
+            meta.decode_groups = self._decode_groups(meta, page_table.device)
+        batch.attn_metadata = meta
+
+    def _decode_groups(self, meta: TorchAttnMetadata, device: torch.device
+                       ) -> list[DecodeGroup]:
+        order = sorted(range(len(meta.kv_lens)), key=lambda i: meta.kv_lens[i])
+        groups, current = [], [order[0]]
+        for i in order[1:]:
+            if meta.kv_lens[i] > MAX_PADDING * meta.kv_lens[current[0]]:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+        return [self._decode_group(meta, rows, device) for rows in groups]
+
+    def _decode_group(self, meta: TorchAttnMetadata, rows: list[int], device: torch.device
+                      ) -> DecodeGroup:
+        longest = meta.kv_lens[rows[-1]]
+        padded = torch.zeros(len(rows), longest, dtype=torch.long, device=device)
+        for j, i in enumerate(rows):
+            padded[j, : meta.kv_lens[i]] = meta.kv_slots[i]
+        lens = torch.tensor([meta.kv_lens[i] for i in rows], device=device)
+        mask = (torch.arange(longest, device=device) < lens[:, None])[:, None, None]
+        k_cache = get_global_ctx().kv_cache.k_cache(0)
+        buffer = torch.empty(2, padded.numel(), k_cache[0].numel(), dtype=k_cache.dtype,
+                             device=device)
+        return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
@@ -64,22 +98,37 @@ class TorchNativeBackend(BaseAttnBackend):
             start += q_len
         return torch.cat(outputs)
 
-    def _expand(self, x: torch.Tensor) -> torch.Tensor:
-        return x.repeat_interleave(self.groups, dim=-3) if self.groups > 1 else x
-
     def _extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cached: int
                 ) -> torch.Tensor:
-        # q: [q_len, H, D], k/v: [kv_len, H_kv, D]; heads first for SDPA.
-        q_pos = torch.arange(q.shape[0], device=q.device) + cached
-        mask = torch.arange(k.shape[0], device=q.device)[None, :] <= q_pos[:, None]
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), self._expand(k.transpose(0, 1)),
-                                             self._expand(v.transpose(0, 1)), attn_mask=mask)
-        return out.transpose(0, 1)
+        """q: [q_len, H, D], k/v: [kv_len, H_kv, D] for one request -> [q_len, H, D]."""
+        q_len, kv_len = q.shape[0], k.shape[0]
+        q_pos = torch.arange(q_len, device=q.device) + cached
+        mask = torch.arange(kv_len, device=q.device)[None, :] <= q_pos[:, None]
+        # Grouped-query attention without copying K/V once per query head: the G query heads
+        # that share a KV head become G times more query rows, [H_kv, G * q_len, D].
+        q = q.view(q_len, k.shape[1], self.groups, -1).permute(1, 2, 0, 3).flatten(1, 2)
+        out = F.scaled_dot_product_attention(q, k.transpose(0, 1), v.transpose(0, 1),
+                                             attn_mask=mask.repeat(self.groups, 1))
+        return out.view(k.shape[1], self.groups, q_len, -1).permute(2, 0, 1, 3).flatten(1, 2)
 
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: TorchAttnMetadata) -> torch.Tensor:
-        # q: [B, H, D] -> [B, H, 1, D]; keys gathered as [B, H_kv, max_len, D].
-        k = self._expand(k_cache[meta.decode_slots].transpose(1, 2))
-        v = self._expand(v_cache[meta.decode_slots].transpose(1, 2))
-        out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=meta.decode_mask)
-        return out.squeeze(2)
+        """q: [B, H, D], one new token per request, each seeing its whole sequence."""
+        if len(meta.decode_groups) == 1:
+            return self._decode_group_attention(q, k_cache, v_cache, meta.decode_groups[0])
+        out = torch.empty_like(q)
+        for group in meta.decode_groups:
+            out[group.rows] = self._decode_group_attention(q[group.rows], k_cache, v_cache, group)
+        return out
+
+    def _decode_group_attention(self, q: torch.Tensor, k_cache: torch.Tensor,
+                                v_cache: torch.Tensor, group: DecodeGroup) -> torch.Tensor:
+        size, heads = q.shape[0], k_cache.shape[1]
+        k_buf, v_buf = group.buffer
+        torch.index_select(k_cache.flatten(1), 0, group.slots, out=k_buf)
+        torch.index_select(v_cache.flatten(1), 0, group.slots, out=v_buf)
+        k = k_buf.view(size, -1, heads, k_cache.shape[2]).transpose(1, 2)  # [g, H_kv, L, D]
+        v = v_buf.view(size, -1, heads, v_cache.shape[2]).transpose(1, 2)
+        q = q.view(size, heads, self.groups, -1)  # the group's heads as query rows
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask)
+        return out.flatten(1, 2)

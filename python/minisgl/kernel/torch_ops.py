@@ -14,8 +14,8 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
 
     k_cache, v_cache: [slots, kv_heads, head_dim]; k, v: [tokens, kv_heads, head_dim].
     """
-    k_cache[indices] = k
-    v_cache[indices] = v
+    k_cache.index_copy_(0, indices, k)  # same result as k_cache[indices] = k, but faster on CPU
+    v_cache.index_copy_(0, indices, v)
 
 
 def indexing(weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
