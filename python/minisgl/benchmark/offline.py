@@ -98,11 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--dummy-weight", action="store_true")
+    parser.add_argument("--memory-ratio", type=float, default=0.5,
+                        help="GPU memory share for the KV pool (the peer needs the rest)")
     parser.add_argument("--compare-hf", action="store_true")
     args = parser.parse_args(argv)
 
     llm = LLM(args.model, dtype=args.dtype, page_size=args.page_size,
-              dummy_weight=args.dummy_weight)
+              dummy_weight=args.dummy_weight, memory_ratio=args.memory_ratio)
     mc = llm.scheduler.engine.model_config
     work = make_workload(args.num_requests, args.input_len, args.output_len,
                          min(mc.vocab_size, llm.tokenizer.vocab_size), args.seed)
@@ -114,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare_hf:
         model_dir = str(resolve_model(args.model, dummy_weight=args.dummy_weight))
         llm.shutdown()
+        del llm  # free the KV pool before the peer loads
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
         theirs = run_hf(load_hf(model_dir, dtype, device, args.dummy_weight), work, device)
         print(f"transformers: {theirs:7.2f} s  {work.output_tokens / theirs:8.1f} output tok/s")
         print(f"speedup: {theirs / ours:.2f}x")
