@@ -198,8 +198,9 @@ def test_tree_command_line(tmp_path, capsys):
 
 def test_list_counts_and_exercises(tmp_path, capsys):
     root = two_chapter_repo(tmp_path)
-    (root / "practice" / "exercises" / "201-norm").mkdir(parents=True)
-    (root / "practice" / "exercises" / "202-core").mkdir()
+    for folder, chapter in (("201-norm", 2), ("202-core", 2), ("1901-kernel", 19)):
+        (root / "practice" / "exercises" / folder).mkdir(parents=True)
+        (root / "practice" / "exercises" / folder / "meta.toml").write_text(f"chapter = {chapter}\n")
     (root / "docs" / "chapters").mkdir(parents=True)
     (root / "docs" / "chapters" / "ch01.md").write_text("# 1\n", encoding="utf-8")
     assert steps.main(["--root", str(root), "list"]) == 0

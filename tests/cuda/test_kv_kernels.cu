@@ -70,7 +70,7 @@ static bool test_store(int slots, int n, int row_bytes) {
   V *d_kc = to_device(k_cache), *d_vc = to_device(v_cache), *d_k = to_device(k), *d_v = to_device(v);
   int32_t* d_idx = to_device(indices);
   const int threads = 128;
-  minisgl::store_kv_kernel<V><<<blocks_for(n, threads), threads>>>(d_kc, d_vc, d_idx, d_k, d_v, n, row, row, row, row);
+  minisgl::store_kv_kernel<V><<<blocks_for(2 * static_cast<int64_t>(n), threads), threads>>>(d_kc, d_vc, d_idx, d_k, d_v, n, row, row, row, row);
   CUDA_OK(cudaGetLastError());
   auto got_k = to_host(d_kc, k_cache.size()), got_v = to_host(d_vc, v_cache.size());
   for (int i = 0; i < n; ++i) {  // the reference: plain row copies on the host
@@ -87,7 +87,7 @@ static bool test_store(int slots, int n, int row_bytes) {
 // Rows [start, start + length) of a `vocab`-token table of bf16 rows of `hidden` elements.
 static bool test_embedding(int vocab, int start, int length, int n, int hidden) {
   const int row_bytes = hidden * 2, row = row_bytes / 16;  // copied as uint4
-  const int splits = row_bytes % 2048 == 0 ? 4 : (row_bytes % 1024 == 0 ? 2 : 1);
+  const int splits = row_bytes % 8192 == 0 ? 4 : (row_bytes % 4096 == 0 ? 2 : 1);
   auto weight = random_vector<uint4>(static_cast<size_t>(length) * row);
   std::vector<int32_t> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = (random_byte() << 8 | random_byte()) % vocab;
@@ -117,6 +117,6 @@ int main() {
   report("store_kv uint4  (8 heads x 128 x bf16)", test_store<uint4>(300, 37, 8 * 128 * 2));
   report("store_kv uint16 (row = 6 bytes)", test_store<uint16_t>(64, 17, 6));
   report("embedding, full vocab", test_embedding(1000, 0, 1000, 23, 64));
-  report("embedding, vocab shard [500, 750)", test_embedding(1000, 500, 250, 41, 1024));
+  report("embedding, vocab shard [500, 750)", test_embedding(1000, 500, 250, 41, 4096));
   return all ? 0 : 1;
 }
