@@ -63,16 +63,37 @@ CHAT_PROMPTS = [
 
 class HFGreedy:
     """Hugging Face transformers' greedy generation, one prompt at a time: the reference that
-    every engine test compares token sequences against. Results are memoised per session."""
+    every engine test compares token sequences against.
+
+    HF's answers are memoised on disk (keyed by the weights file and the request), because the
+    chapter checks run the same tests in several fresh processes and HF generation dominates
+    their time. They stay HF's outputs: nothing of ours is ever stored there."""
 
     def __init__(self, model_dir: Path) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import transformers
+        from transformers import AutoTokenizer
+
+        from minisgl.env import load_env
 
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.model_dir = model_dir
+        self._model = None
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self._memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        weights = sorted(model_dir.glob("*.safetensors"))
+        self._identity = [transformers.__version__, torch.__version__,
+                          *[(w.name, w.stat().st_size) for w in weights]]
+        self._memo_dir = load_env().cache_dir / "hf_greedy"
+        self._memo_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def model(self):
+        if self._model is None:  # loaded only when an answer is not memoised yet
+            from transformers import AutoModelForCausalLM
+
+            self._model = AutoModelForCausalLM.from_pretrained(
+                self.model_dir, dtype=self.torch.float32).eval()
+        return self._model
 
     def chat_ids(self, prompt: str) -> list[int]:
         text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
@@ -81,13 +102,21 @@ class HFGreedy:
 
     def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy tokens after ids, stopping at EOS (which is included) or max_new_tokens."""
-        key = (tuple(ids), max_new_tokens)
-        if key not in self._memo:
-            with self.torch.no_grad():
-                out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=max_new_tokens,
-                                          do_sample=False)
-            self._memo[key] = out[0, len(ids):].tolist()
-        return self._memo[key]
+        import hashlib
+        import json
+
+        key = json.dumps([self._identity, ids, max_new_tokens])
+        path = self._memo_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        with self.torch.no_grad():
+            out = self.model.generate(self.torch.tensor([ids]), max_new_tokens=max_new_tokens,
+                                      do_sample=False)
+        tokens = out[0, len(ids):].tolist()
+        tmp = path.with_suffix(f".tmp{id(self)}")
+        tmp.write_text(json.dumps(tokens))
+        tmp.replace(path)  # atomic: a concurrent reader never sees half a file
+        return tokens
 
 
 @pytest.fixture(scope="session")
