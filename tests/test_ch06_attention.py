@@ -33,12 +33,20 @@ def setup():
     set_global_ctx(None)
 
 
-@pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_paged_attention_equals_dense(setup, phase):
+CASES = {
+    "prefill": [(5, 7), (0, 9), (12, 3)],
+    "decode-lengths-far-apart": [(9, 1), (1, 1), (20, 1)],  # one padded group each
+    "decode-similar-lengths-unsorted": [(12, 1), (10, 1), (11, 1)],  # one group, reordered
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_paged_attention_equals_dense(setup, case):
     pool, page_table, backend = setup
+    phase = case.split("-")[0]
     gen = torch.Generator().manual_seed(3)
     slots = torch.randperm(64, generator=gen).int()  # scattered, not contiguous, slots
-    lens = [(5, 7), (0, 9), (12, 3)] if phase == "prefill" else [(9, 1), (1, 1), (20, 1)]
+    lens = CASES[case]
     reqs, used = [], 0
     full_k, full_v = [], []
     for row, (cached, new) in enumerate(lens):

@@ -42,3 +42,20 @@ def test_a_chunked_prompt_does_not_block_short_requests(smollm2_dir, hf_greedy):
     assert first_token_step[long_uid] > 1
     assert tokens[short_uid] == hf_greedy.generate(short_ids, 8)
     assert tokens[long_uid] == hf_greedy.generate(long_ids, 8)
+
+
+def test_chunked_prompt_gives_back_its_pages_when_decode_runs_out(smollm2_dir, hf_greedy):
+    """A half-prefilled prompt holds pages; when the running request needs them it must yield
+    them (and restart its prompt later) instead of the engine failing."""
+    short_ids = hf_greedy.chat_ids("Name three colors.")
+    long_ids = long_prompt(hf_greedy)[:60]
+    sched = make_scheduler(smollm2_dir, max_prefill_length=20, page_size=1,
+                           num_pages=len(short_ids) + 80)
+    a = sched.add_request(short_ids, SamplingParams(max_tokens=80, ignore_eos=True))
+    assert len(short_ids) + 80 >= 60 + 30  # each fits alone, the two do not fit together
+    b = sched.add_request(long_ids, SamplingParams(max_tokens=30, ignore_eos=True))
+    tokens, finished = run_all(sched)
+    assert finished[a].finish_reason == finished[b].finish_reason == "length"
+    expected = hf_greedy.generate(short_ids, 80)
+    assert tokens[a][: len(expected)] == expected
+    assert sched.cache.free_tokens == sched.cache.capacity_tokens

@@ -114,9 +114,7 @@ class TorchNativeBackend(BaseAttnBackend):
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: TorchAttnMetadata) -> torch.Tensor:
         """q: [B, H, D], one new token per request, each seeing its whole sequence."""
-        if len(meta.decode_groups) == 1:
-            return self._decode_group_attention(q, k_cache, v_cache, meta.decode_groups[0])
-        out = torch.empty_like(q)
+        out = torch.empty_like(q)  # groups hold requests in length order: scatter back by row
         for group in meta.decode_groups:
             out[group.rows] = self._decode_group_attention(q[group.rows], k_cache, v_cache, group)
         return out

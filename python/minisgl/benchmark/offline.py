@@ -46,7 +46,8 @@ def make_workload(n: int, input_len: tuple[int, int], output_len: tuple[int, int
 
 def run_minisgl(llm: LLM, work: Workload) -> float:
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in work.output_lens]
-    llm.generate(work.prompts[:2], params[:2], use_tqdm=False)  # warm-up
+    llm.generate([[1, 2, 3, 4]] * 2, params[:2], use_tqdm=False)  # warm-up
+    llm.scheduler.flush_cache()  # no prefix hits from the warm-up: HF gets none either
     start = time.perf_counter()
     results = llm.generate(work.prompts, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
@@ -78,8 +79,10 @@ def run_hf(model, work: Workload, device: str) -> float:
     config = GenerationConfig(max_new_tokens=max(work.output_lens), do_sample=False,
                               eos_token_id=None, pad_token_id=pad)  # never stop early
     with torch.no_grad():
-        model.generate(ids[:2, -8:], attention_mask=mask[:2, -8:], generation_config=config,
-                       max_new_tokens=2)  # warm-up
+        warmup = GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=None,
+                                  pad_token_id=pad)
+        model.generate(ids[:2, -8:], attention_mask=mask[:2, -8:],
+                       generation_config=warmup)  # warm-up
         start = time.perf_counter()
         model.generate(ids, attention_mask=mask, generation_config=config)
         if device.startswith("cuda"):

@@ -31,11 +31,15 @@ class DecodeManager:
     def remove(self, req: Req) -> None:
         self.running.remove(req)
 
-    def schedule(self, retract: Callable[[Req], None]) -> Batch | None:
-        """The decode batch; `retract` frees a request that must give way for the others."""
+    def schedule(self, retract: Callable[[Req], None], free_waiting: Callable[[], bool]
+                 ) -> Batch | None:
+        """The decode batch. `retract` frees a running request that must give way for the
+        others; `free_waiting` frees pages held by half-prefilled waiting requests."""
         while self.running:
             if all(self.cache.allocate(r, len(r.input_ids)) for r in self.running):
                 break
+            if free_waiting():
+                continue  # a chunked prompt gave its pages back: running requests go first
             if len(self.running) == 1:
                 raise RuntimeError("one request alone does not fit in the KV pool")
             retract(self.running.pop())  # the newest request gives way

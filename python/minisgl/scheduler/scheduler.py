@@ -119,7 +119,16 @@ class Scheduler:
         batch = self.prefill.schedule(self.config.max_prefill_length, reserve)
         if batch is not None:
             return batch
-        return self.decode.schedule(self._retract)
+        return self.decode.schedule(self._retract, self._free_waiting)
+
+    def _free_waiting(self) -> bool:
+        """Release the pages of waiting requests that are part-way through a chunked prefill;
+        they start their prompt again later. True if anything was freed."""
+        holding = [r for r in self.prefill.waiting if r.table_idx >= 0]
+        for req in holding:
+            self._free(req)
+            req.cached_len = 0
+        return bool(holding)
 
     def _retract(self, req: Req) -> None:
         logger.info("KV pool full: request %d goes back to the waiting queue", req.uid)
