@@ -48,14 +48,15 @@ def test_chunked_prompt_gives_back_its_pages_when_decode_runs_out(smollm2_dir, h
     """A half-prefilled prompt holds pages; when the running request needs them it must yield
     them (and restart its prompt later) instead of the engine failing."""
     short_ids = hf_greedy.chat_ids("Name three colors.")
-    long_ids = long_prompt(hf_greedy)[:60]
-    sched = make_scheduler(smollm2_dir, max_prefill_length=20, page_size=1,
-                           num_pages=len(short_ids) + 80)
-    a = sched.add_request(short_ids, SamplingParams(max_tokens=80, ignore_eos=True))
-    assert len(short_ids) + 80 >= 60 + 30  # each fits alone, the two do not fit together
-    b = sched.add_request(long_ids, SamplingParams(max_tokens=30, ignore_eos=True))
+    long_ids = long_prompt(hf_greedy)[:40]
+    sched = make_scheduler(smollm2_dir, max_prefill_length=10, page_size=1,
+                           num_pages=len(short_ids) + 40)
+    a = sched.add_request(short_ids, SamplingParams(max_tokens=40, ignore_eos=True))
+    assert len(short_ids) + 40 >= 40 + 20  # each fits alone, the two do not fit together
+    b = sched.add_request(long_ids, SamplingParams(max_tokens=20, ignore_eos=True))
     tokens, finished = run_all(sched)
     assert finished[a].finish_reason == finished[b].finish_reason == "length"
-    expected = hf_greedy.generate(short_ids, 80)
+    assert sched.stats.restarted_prefills > 0
+    expected = hf_greedy.generate(short_ids, 40)
     assert tokens[a][: len(expected)] == expected
     assert sched.cache.free_tokens == sched.cache.capacity_tokens

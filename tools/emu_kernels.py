@@ -3,6 +3,7 @@
 
     python tools/emu_kernels.py                    # every *.cu directly in tests/cuda/
     python tools/emu_kernels.py a.cu b.cu          # these programs
+    python tools/emu_kernels.py --trace-dir DIR    # also a FlashInfer Trace set (emu_trace.py)
 
 Each program is rewritten a little (kernel launches and __shared__ declarations become calls
 into the runtime in tools/emu/), compiled with the machine's g++ against that runtime, and run.
@@ -698,6 +699,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds per program (default 600)"
     )
+    parser.add_argument(
+        "--trace-dir", type=Path, default=None,
+        help="also write the chapter-19 kernels' FlashInfer Trace set there (tools/emu_trace.py)",
+    )
     args = parser.parse_args(argv)
     files = args.files or sorted(DEFAULT_DIR.glob("*.cu"))
     if not files:
@@ -711,7 +716,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"emu: {len(failed)} of {len(results)} programs FAILED: {names}", file=sys.stderr)
         else:
             print(f"emu: all {len(results)} programs ok", file=sys.stderr)
-    return 1 if failed else 0
+    traced = True
+    if args.trace_dir is not None:
+        import emu_trace  # needs torch, safetensors and flashinfer-bench: only for this flag
+
+        traced = emu_trace.write_trace_set(args.trace_dir, files)
+    return 1 if failed or not traced else 0
 
 
 if __name__ == "__main__":

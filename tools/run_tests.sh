@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python -m pip install -q -r requirements.txt
-if [ -f practice/requirements.txt ]; then
-  python -m pip install -q -r practice/requirements.txt
-fi
+python -m pip install -q -r practice/requirements.txt
+# FlashInfer-Bench's data model only: its full dependencies pull a 100 MB FlashInfer wheel
+python -m pip install -q --no-deps flashinfer-bench==0.1.2 docstring-parser==0.18.0
+# the second CUDA toolkit (nvcc 13.4 from PyPI) that chapter 19 compiles with
+python tools/check.py --install
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null

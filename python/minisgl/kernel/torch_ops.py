@@ -14,6 +14,7 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
 
     k_cache, v_cache: [slots, kv_heads, head_dim]; k, v: [tokens, kv_heads, head_dim].
     """
+    indices = indices.long()  # index_copy_ takes int64 only
     k_cache.index_copy_(0, indices, k)  # same result as k_cache[indices] = k, but faster on CPU
     v_cache.index_copy_(0, indices, v)
 

@@ -43,6 +43,7 @@ class SchedulerStats:
     prefill_batches: int = 0
     decode_batches: int = 0
     retracted: int = 0  # times a running request was sent back to wait for memory
+    restarted_prefills: int = 0  # half-prefilled prompts that gave their pages back
 
 
 class Scheduler:
@@ -128,6 +129,7 @@ class Scheduler:
         for req in holding:
             self._free(req)
             req.cached_len = 0
+        self.stats.restarted_prefills += len(holding)
         return bool(holding)
 
     def _retract(self, req: Req) -> None:
