@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import CHAT_PROMPTS
+from test_ch09_chunked_prefill import long_prompt
+
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from test_ch09_chunked_prefill import long_prompt
 
 MAX_TOKENS = 24
 
