@@ -179,7 +179,8 @@ def check_hf_parity() -> None:
                               pad_token_id=0)  # never stop early, as ignore_eos
     with torch.no_grad():
         for p in prompts:
-            out = hf.generate(torch.tensor([p], device="cuda"), generation_config=greedy)
+            ids = torch.tensor([p], device="cuda")  # explicit mask: token 0 is also the pad id
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=greedy)
             expected.append(out[0, len(p):].tolist())
     llm = LLM(folder, dtype="float32", device="cuda", page_size=16, num_pages=1024)
     got = [r["token_ids"] for r in llm.generate(
