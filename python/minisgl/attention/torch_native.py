@@ -93,10 +93,25 @@ class TorchNativeBackend(BaseAttnBackend):
             return self._decode(q, k_cache, v_cache, meta)
         outputs, start = [], 0
         for q_len, kv_len, slots in zip(meta.q_lens, meta.kv_lens, meta.kv_slots):
-            q_i = q[start : start + q_len]
-            outputs.append(self._extend(q_i, k_cache[slots], v_cache[slots], kv_len - q_len))
-            start += q_len
+            end = start + q_len
+            if kv_len == q_len:  # nothing cached: this step's k and v are the whole sequence
+                outputs.append(self._causal(q[start:end], k[start:end], v[start:end]))
+            else:
+                outputs.append(self._extend(q[start:end], k_cache[slots], v_cache[slots],
+                                            kv_len - q_len))
+            start = end
         return torch.cat(outputs)
+
+    def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """A whole new sequence: plain causal attention. q: [T, H, D], k/v: [T, H_kv, D].
+
+        The G query heads sharing a KV head form a [H_kv, G, T, D] query against a broadcast
+        [H_kv, 1, T, D] key, so no K/V copy is made and SDPA's fast causal kernel applies."""
+        t, heads = q.shape[0], k.shape[1]
+        q = q.view(t, heads, self.groups, -1).permute(1, 2, 0, 3)
+        k, v = k.transpose(0, 1).unsqueeze(1), v.transpose(0, 1).unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [H_kv, G, T, D]
+        return out.permute(2, 0, 1, 3).flatten(1, 2)
 
     def _extend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cached: int
                 ) -> torch.Tensor:

@@ -4,7 +4,9 @@
         --output-len 16 128 --compare-hf
 
 With --compare-hf, Hugging Face transformers generates the same requests in the same process
-(one left-padded batch, greedy) and the ratio of the two throughputs is printed. Only the tokens
+(one left-padded batch, greedy) and the ratio of the two throughputs is printed; with --repeat N
+the two run in N interleaved rounds and the median ratio is printed, which steadies the figure on
+a noisy machine. Only the tokens
 each request asked for count as output for both: HF's static batch keeps generating for rows that
 are already done, which is exactly the waste continuous batching avoids.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memory-ratio", type=float, default=0.5,
                         help="GPU memory share for the KV pool (the peer needs the rest)")
     parser.add_argument("--compare-hf", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of (minisgl, transformers); the median ratio is printed")
     args = parser.parse_args(argv)
 
     llm = LLM(args.model, dtype=args.dtype, page_size=args.page_size,
@@ -114,17 +119,23 @@ def main(argv: list[str] | None = None) -> None:
     device, dtype = str(llm.scheduler.engine.device), llm.scheduler.config.dtype
     print(f"{args.num_requests} requests, {work.input_tokens} input and {work.output_tokens} "
           f"output tokens, {mc.architecture} on {device} ({str(dtype).removeprefix('torch.')})")
-    ours = run_minisgl(llm, work)
-    print(f"minisgl:      {ours:7.2f} s  {work.output_tokens / ours:8.1f} output tok/s")
+    peer = None
     if args.compare_hf:
         model_dir = str(resolve_model(args.model, dummy_weight=args.dummy_weight))
-        llm.shutdown()
-        del llm  # free the KV pool before the peer loads
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        theirs = run_hf(load_hf(model_dir, dtype, device, args.dummy_weight), work, device)
-        print(f"transformers: {theirs:7.2f} s  {work.output_tokens / theirs:8.1f} output tok/s")
-        print(f"speedup: {theirs / ours:.2f}x")
+        peer = load_hf(model_dir, dtype, device, args.dummy_weight)
+    ratios = []
+    for round_ in range(1, args.repeat + 1):  # interleaved, so both see the same machine state
+        ours = run_minisgl(llm, work)
+        line = f"round {round_}: minisgl {ours:6.2f} s ({work.output_tokens / ours:6.1f} tok/s)"
+        if peer is not None:
+            theirs = run_hf(peer, work, device)
+            ratios.append(theirs / ours)
+            line += (f", transformers {theirs:6.2f} s ({work.output_tokens / theirs:6.1f} tok/s)"
+                     f", speedup {ratios[-1]:.2f}x")
+        print(line, flush=True)
+    if ratios:
+        print(f"speedup over transformers (median of {len(ratios)}): "
+              f"{statistics.median(ratios):.2f}x")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
     With the vocabulary split across ranks (tensor parallelism), each rank holds rows
     [start, start + length) and the all-reduce of the zero-padded outputs gives full embeddings.
     """
+    if start == 0 and length is None:
+        return weight[ids.long()]  # not sharded: a plain lookup (an id past the end is an error)
     length = weight.shape[0] if length is None else length
     local = ids.long() - start
     valid = (local >= 0) & (local < length)
