@@ -6,13 +6,12 @@ SmolLM2's GGUF conversion); later runs find them there at once.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from minisgl.env import load_env
 from minisgl.models.config import ModelConfig
 from minisgl.utils.hf import default_model, resolve_model
-from minisgl.utils.misc import MinisglError
+from minisgl.utils.misc import run_main
 from minisgl.utils.offline import QWEN3_ID, SMOLLM2_ID
 
 
@@ -40,8 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except MinisglError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 import torch
@@ -10,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minisgl.models.weight import load_model
 from minisgl.utils.hf import resolve_model
-from minisgl.utils.misc import MinisglError
+from minisgl.utils.misc import run_main
 
 
 def main() -> None:
@@ -32,8 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except MinisglError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 from minisgl.core import SamplingParams
@@ -10,7 +9,7 @@ from minisgl.engine.naive import naive_generate
 from minisgl.models.weight import load_model
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
-from minisgl.utils.misc import MinisglError
+from minisgl.utils.misc import run_main
 
 QUESTION = "What is the capital of France?"
 
@@ -34,8 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except MinisglError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    run_main(main)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class MinisglError(Exception):
     """An error caused by the user's input (a bad path, a broken model file, a bad flag).
@@ -9,6 +12,16 @@ class MinisglError(Exception):
     Entry points catch it and print one line instead of a traceback, because the message already
     names the cause and what to do about it.
     """
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a command-line entry point: a MinisglError becomes one line on stderr and exit code 1,
+    because its message already says what went wrong (a traceback would only bury it)."""
+    try:
+        main()
+    except MinisglError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def cdiv(a: int, b: int) -> int:
