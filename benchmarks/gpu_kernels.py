@@ -69,7 +69,7 @@ def random_bits(shape, dtype):
     return raw.view(dtype)
 
 
-def check_store(dtype, slots, n, row, offset=0, name=""):
+def check_store(dtype, slots, n, row, offset=0):
     k_cache = random_bits((slots, row + offset), dtype)[:, offset:]  # offset: unaligned rows
     v_cache = random_bits((slots, row + offset), dtype)[:, offset:]
     # as in the model: k a fresh tensor (after RoPE), v a strided view into the fused qkv
@@ -81,7 +81,7 @@ def check_store(dtype, slots, n, row, offset=0, name=""):
     kernel.store_cache(k_cache, v_cache, idx, k, v)
     same = torch.equal(k_cache.view(torch.int16), ref_k.view(torch.int16)) and \
         torch.equal(v_cache.view(torch.int16), ref_v.view(torch.int16))
-    check(f"store_kv {name or dtype} rows={row} offset={offset}: equal to torch_ops", same)
+    check(f"store_kv {dtype} rows={row} offset={offset}: equal to torch_ops", same)
 
 
 def check_indexing(dtype, vocab, start, length, n, hidden):

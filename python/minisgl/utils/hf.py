@@ -116,11 +116,7 @@ def _from_hf_cache(repo_id: str, dummy_weight: bool, tried: list[str]) -> Path |
     except OSError:  # LocalEntryNotFoundError is an OSError
         tried.append("HF cache (not cached)")
         return None
-    missing = missing_parts(folder, dummy_weight)
-    if not missing:
-        return folder
-    tried.append(f"HF cache {folder} (no {', '.join(missing)})")
-    return None
+    return _complete_or_noted(folder, dummy_weight, tried, f"HF cache {folder}")
 
 
 def _from_hub(repo_id: str, dummy_weight: bool, tried: list[str]) -> Path | None:
@@ -138,10 +134,16 @@ def _from_hub(repo_id: str, dummy_weight: bool, tried: list[str]) -> Path | None
     except Exception as e:  # no network, unknown or gated repo: all mean "not from the hub"
         tried.append(f"hub download ({type(e).__name__})")
         return None
+    return _complete_or_noted(folder, dummy_weight, tried, "hub download (the repo)")
+
+
+def _complete_or_noted(folder: Path, dummy_weight: bool, tried: list[str], where: str
+                       ) -> Path | None:
+    """The folder if it has everything a model needs; otherwise note what it lacks in `tried`."""
     missing = missing_parts(folder, dummy_weight)
     if not missing:
         return folder
-    tried.append(f"hub download (the repo has no {', '.join(missing)})")
+    tried.append(f"{where} has no {', '.join(missing)}")
     return None
 
 
