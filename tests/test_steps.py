@@ -85,7 +85,7 @@ def two_chapter_repo(tmp_path: Path) -> Path:
             "NEW_IN_TWO = True",
             closes("ch02"),
             opens("before ch02"),
-            "OLD = True",
+            "# OLD = True",
             closes("before ch02"),
         ),
         PKG + "utils/__init__.py": "",
@@ -115,6 +115,13 @@ def test_from_and_before_blocks(tmp_path):
     two = steps.file_at_chapter(PKG + "__init__.py", 2, manifest)
     assert one == "VERSION = 1\nOLD = True\n"
     assert two == "VERSION = 1\nNEW_IN_TWO = True\n"
+
+
+def test_before_blocks_must_be_commented_out_so_the_final_engine_skips_them():
+    text = src("x = 1", opens("before ch02"), "x = 0", closes("before ch02"))
+    with pytest.raises(steps.StepsError, match="commented out") as error:
+        steps.parse_markers(text, "m.py")
+    assert str(error.value).startswith("m.py:3:")
 
 
 def test_file_of_a_later_chapter_does_not_exist_yet(tmp_path):

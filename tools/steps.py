@@ -10,11 +10,13 @@ A marker is a whole line, a `#` or `//` comment whose text is one of
     >>> before chNN     the lines up to `<<< before chNN` exist only before chapter NN
     <<< before chNN     (the older version that chapter NN replaces)
 
-for example, a function that chapter NN replaces by a faster one:
+The lines of a `before` block are commented out in the source, so the source is exactly the final
+engine and never runs the older version; a tree before chapter NN gets them back uncommented. For
+example, a function that chapter NN replaces by a faster one:
 
     def forward(self, x):
         #  >>> before chNN
-        return self.naive(x)
+        # return self.naive(x)
         #  <<< before chNN
         #  >>> chNN
         return self.fused(x)
@@ -156,6 +158,7 @@ class Cond:
 
 MARKER = re.compile(r"(>>>|<<<)\s*(before\s+)?ch(\d+)")
 LOOKS_LIKE_MARKER = re.compile(r"(>>>|<<<)\s*(before\s|ch\d)")
+COMMENTED = re.compile(r"^(\s*)(?:#|//) ?")  # the comment that hides a `before` block's line
 
 
 def read_marker(line: str, where: str) -> tuple[str, Cond] | None:
@@ -182,6 +185,12 @@ def parse_markers(text: str, path: str) -> list[tuple[str, Cond | None]]:
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         marker = read_marker(line, f"{path}:{number}")
         if marker is None:
+            if open_cond is not None and open_cond.before and line.strip() and \
+                    not COMMENTED.match(line):
+                raise StepsError(
+                    f"{path}:{number}: a `before` block's lines must be commented out, "
+                    "so that the final engine does not run the older version"
+                )
             lines.append((line, open_cond))
             continue
         arrow, cond = marker
@@ -203,7 +212,16 @@ def parse_markers(text: str, path: str) -> list[tuple[str, Cond | None]]:
 
 
 def render(lines: list[tuple[str, Cond | None]], n: int) -> str:
-    return "".join(line for line, cond in lines if cond is None or cond.holds(n))
+    """The text at chapter n; lines of a `before` block that holds come back uncommented."""
+    return "".join(_line_at(line, cond, n) for line, cond in lines)
+
+
+def _line_at(line: str, cond: Cond | None, n: int) -> str:
+    if cond is None:
+        return line
+    if not cond.holds(n):
+        return ""
+    return COMMENTED.sub(r"\1", line, count=1) if cond.before else line
 
 
 def marker_chapters(manifest: Manifest, path: str) -> set[int]:

@@ -14,7 +14,7 @@ from .radix_cache import RadixCache
 # <<< ch10
 
 # >>> before ch10
-PREFIX_CACHE_KINDS = ("naive",)
+# PREFIX_CACHE_KINDS = ("naive",)
 # <<< before ch10
 # >>> ch10
 PREFIX_CACHE_KINDS = ("radix", "naive")

@@ -11,7 +11,7 @@ from minisgl.kvcache import PREFIX_CACHE_KINDS
 @dataclass
 class SchedulerConfig(EngineConfig):
     # >>> before ch10
-    cache_type: str = "naive"  # the radix cache that shares prefixes arrives in chapter 10
+    # cache_type: str = "naive"  # the radix cache that shares prefixes arrives in chapter 10
     # <<< before ch10
     # >>> ch10
     cache_type: str = "radix"  # "radix" shares prefixes between requests, "naive" never does

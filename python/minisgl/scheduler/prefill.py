@@ -44,9 +44,9 @@ class PrefillManager:
             if budget <= 0 or (fresh and not self._admit(req)):
                 break
             # >>> before ch09
-            chunk = len(req.input_ids) - req.cached_len
-            if reqs and chunk > budget:
-                break  # a prompt past the budget waits for a batch of its own
+            # chunk = len(req.input_ids) - req.cached_len
+            # if reqs and chunk > budget:
+            #     break  # a prompt past the budget waits for a batch of its own
             # <<< before ch09
             # >>> ch09
             chunk = min(len(req.input_ids) - req.cached_len, budget)
