@@ -1,0 +1,25 @@
+"""Typed messages between the server's processes, and their msgpack codec (chapter 12).
+
+    frontend --TokenizeMsg/AbortMsg/ControlMsg--> tokenizer --UserMsg/AbortMsg/ControlMsg-->
+    scheduler --DetokenizeMsg/ControlReply--> detokenizer --UserReply/ControlReply--> frontend
+"""
+
+from .backend import UserMsg
+from .codec import MessageError, decode, encode, message
+from .frontend import ControlReply, ReadyMsg, UserReply
+from .tokenizer import AbortMsg, ControlMsg, DetokenizeMsg, TokenizeMsg
+
+__all__ = [
+    "AbortMsg",
+    "ControlMsg",
+    "ControlReply",
+    "DetokenizeMsg",
+    "MessageError",
+    "ReadyMsg",
+    "TokenizeMsg",
+    "UserMsg",
+    "UserReply",
+    "decode",
+    "encode",
+    "message",
+]

@@ -1,0 +1,55 @@
+"""Messages into the tokenizer and detokenizer workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from minisgl.core import SamplingParams
+
+from .codec import message
+
+
+@message
+@dataclass
+class TokenizeMsg:
+    """A new request from the frontend: exactly one of text, input_ids or messages is set."""
+
+    uid: int
+    sampling_params: SamplingParams
+    text: str | None = None  # a completion prompt, encoded with the model's special tokens
+    input_ids: list[int] | None = None  # a prompt that is already tokens
+    messages: list[dict[str, Any]] | None = None  # a chat, rendered by the chat template
+    # max_tokens was not given: use what the context has left, at most sampling_params.max_tokens
+    fit_max_tokens: bool = False
+
+
+@message
+@dataclass
+class AbortMsg:
+    """Stop a request (its client left, or a stop string ended it); sent along the same path."""
+
+    uid: int
+
+
+@message
+@dataclass
+class ControlMsg:
+    """A question for the scheduler that is not a request: "stats" or "flush_cache"."""
+
+    uid: int
+    command: str
+
+
+@message
+@dataclass
+class DetokenizeMsg:
+    """New tokens of one request from the scheduler; the last one has finished=True."""
+
+    uid: int
+    token_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None  # "stop", "length", "abort" or "error"
+    error: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0

@@ -1,0 +1,117 @@
+"""The scheduler as a process: read messages, run one step, send the new tokens (chapter 12).
+
+The loop never sleeps while there is work: it takes whatever messages have arrived without
+waiting, runs one step, and sends that step's tokens as one frame. Only an idle scheduler blocks
+on its socket, so a new request wakes it at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from minisgl.message import (
+    AbortMsg,
+    ControlMsg,
+    ControlReply,
+    DetokenizeMsg,
+    ReadyMsg,
+    UserMsg,
+)
+from minisgl.utils import init_logger
+from minisgl.utils.mp import PullQueue, PushQueue, setup_worker_process
+
+from .config import SchedulerConfig
+from .scheduler import Scheduler, TokenOutput
+
+logger = init_logger(__name__)
+
+
+class SchedulerIO:
+    """Connects one Scheduler to its input socket (from the tokenizers) and output socket (to the
+    detokenizer), translating messages into scheduler calls and step outputs into messages."""
+
+    def __init__(self, scheduler: Scheduler, recv_addr: str, send_addr: str) -> None:
+        self.scheduler = scheduler
+        self.recv = PullQueue(recv_addr)
+        self.send = PushQueue(send_addr)
+        self._prompt_lens: dict[int, int] = {}  # uid -> prompt length, for the usage counts
+
+    def run_forever(self) -> None:
+        while True:
+            self.run_once(block=not self.scheduler.has_work)
+
+    def run_once(self, block: bool) -> None:
+        replies = self.handle(self.recv.get_all(block=block))
+        if self.scheduler.has_work:
+            replies += [self._reply(out) for out in self.scheduler.step()]
+        self.send.put(replies)
+
+    def handle(self, msgs: list[Any]) -> list[Any]:
+        """Apply the arrived messages; the replies that need no forward pass come back."""
+        replies: list[Any] = []
+        for msg in msgs:
+            if isinstance(msg, UserMsg):
+                self._prompt_lens[msg.uid] = len(msg.input_ids)
+                self.scheduler.add_request(msg.input_ids, msg.sampling_params, uid=msg.uid)
+            elif isinstance(msg, AbortMsg):
+                # A request that already finished is not found: its last reply is on its way.
+                if self.scheduler.abort(msg.uid):
+                    replies.append(DetokenizeMsg(msg.uid, finished=True, finish_reason="abort",
+                                                 prompt_tokens=self._prompt_lens.pop(msg.uid, 0)))
+            elif isinstance(msg, ControlMsg):
+                replies.append(self._control(msg))
+            else:
+                logger.warning("scheduler: ignoring a %s message", type(msg).__name__)
+        return replies
+
+    def _reply(self, out: TokenOutput) -> DetokenizeMsg:
+        # Every reply carries the prompt length, so a frontend that stops early still knows it.
+        lens = self._prompt_lens
+        prompt_tokens = lens.pop(out.uid, 0) if out.finished else lens.get(out.uid, 0)
+        return DetokenizeMsg(out.uid, [] if out.token is None else [out.token], out.finished,
+                             out.finish_reason, out.error, prompt_tokens, out.cached_tokens)
+
+    def _control(self, msg: ControlMsg) -> ControlReply:
+        if msg.command == "stats":
+            return ControlReply(msg.uid, True, memory_stats(self.scheduler))
+        if msg.command == "flush_cache":
+            try:
+                self.scheduler.flush_cache()
+            except RuntimeError as e:  # requests are still running
+                return ControlReply(msg.uid, False, error=str(e))
+            return ControlReply(msg.uid, True, memory_stats(self.scheduler))
+        return ControlReply(msg.uid, False, error=f"unknown command {msg.command!r}")
+
+
+def memory_stats(scheduler: Scheduler) -> dict[str, int]:
+    """Where the KV pages are: free, kept by the prefix cache, or held by live requests."""
+    cache, page = scheduler.cache, scheduler.engine.page_size
+    free = cache.free_tokens // page
+    cached = (cache.prefix_cache.evictable_size + cache.prefix_cache.protected_size) // page
+    return {
+        "total_pages": cache.num_pages,
+        "free_pages": free,
+        "cached_pages": cached,
+        "request_pages": cache.num_pages - free - cached,
+        "running_requests": len(scheduler.decode.running),
+        "waiting_requests": len(scheduler.prefill.waiting),
+    }
+
+
+def run_scheduler_process(config: SchedulerConfig, eos_token_ids: tuple[int, ...],
+                          recv_addr: str, send_addr: str, ready_addr: str) -> None:
+    """Entry point of the scheduler process (see server/launch.py)."""
+    setup_worker_process()
+    ready = PushQueue(ready_addr)
+    torch.set_grad_enabled(False)
+    try:
+        scheduler = Scheduler(config, eos_token_ids=eos_token_ids)
+    except Exception as e:  # whatever stops the model from loading, the launcher must hear it
+        ready.put([ReadyMsg("scheduler", error=f"{type(e).__name__}: {e}")])
+        raise SystemExit(1) from e
+    io = SchedulerIO(scheduler, recv_addr, send_addr)
+    ready.put([ReadyMsg("scheduler")])
+    with torch.inference_mode():
+        io.run_forever()

@@ -1,0 +1,1 @@
+"""The serving front: flags, process launcher, OpenAI-compatible HTTP API (chapter 14)."""

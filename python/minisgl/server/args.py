@@ -1,0 +1,91 @@
+"""Command-line flags of `python -m minisgl`, with the official mini-sglang's names."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from minisgl.attention import BACKENDS
+from minisgl.engine.config import DTYPES
+from minisgl.kvcache import PREFIX_CACHE_KINDS
+from minisgl.llm.llm import default_device, resolve_dtype
+from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.hf import default_model, resolve_model
+from minisgl.utils.misc import MinisglError
+
+
+@dataclass
+class ServerArgs(SchedulerConfig):
+    model_name: str = ""  # what clients call the model ("model" in requests, /v1/models)
+    host: str = "127.0.0.1"  # loopback only unless --host says otherwise
+    port: int = 1919
+    num_tokenizer: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.num_tokenizer < 1:
+            raise ValueError(f"num_tokenizer must be >= 1, got {self.num_tokenizer}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minisgl",
+                                description="Serve a model over an OpenAI-compatible API, or chat "
+                                            "with it in the terminal (--shell).")
+    p.add_argument("--model", "--model-path", dest="model", default=None,
+                   help="local folder or Hugging Face id (default: Qwen/Qwen3-0.6B if its weights "
+                        "are available, else the bundled HuggingFaceTB/SmolLM2-135M-Instruct)")
+    p.add_argument("--shell", "--shell-mode", dest="shell", action="store_true",
+                   help="chat in this terminal instead of serving HTTP")
+    p.add_argument("--host", default=ServerArgs.host,
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=ServerArgs.port)
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+                   help="auto: bfloat16 on a GPU, float32 on a CPU")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
+                   help="tensor parallel size (only 1 until chapter 17)")
+    p.add_argument("--dummy-weight", action="store_true",
+                   help="random weights with the real architecture (no checkpoint needed)")
+    p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
+                   choices=PREFIX_CACHE_KINDS)
+    p.add_argument("--attn", "--attention-backend", dest="attention_backend",
+                   default=ServerArgs.attention_backend, choices=sorted(BACKENDS))
+    p.add_argument("--page-size", type=int, default=ServerArgs.page_size)
+    p.add_argument("--num-pages", type=int, default=None, help="KV pool size in pages")
+    p.add_argument("--memory-ratio", type=float, default=ServerArgs.memory_ratio,
+                   help="GPU: share of the memory left after the weights used for the KV pool")
+    p.add_argument("--max-running-requests", dest="max_running_reqs", type=int,
+                   default=ServerArgs.max_running_reqs)
+    p.add_argument("--max-prefill-length", type=int, default=ServerArgs.max_prefill_length,
+                   help="token budget of one prefill batch (longer prompts are chunked)")
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="context length (default: the model's max_position_embeddings)")
+    p.add_argument("--num-tokenizer", type=int, default=ServerArgs.num_tokenizer,
+                   help="tokenizer worker processes")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
+    """The server's settings and whether to run the shell. Bad values raise MinisglError."""
+    ns = build_parser().parse_args(argv)
+    if ns.tp != 1:
+        raise MinisglError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+    if ns.model is None:
+        picked = default_model(dummy_weight=ns.dummy_weight)
+        name, path = picked.name, picked.path
+    else:
+        name, path = ns.model, resolve_model(ns.model, dummy_weight=ns.dummy_weight)
+    device = ns.device or default_device()
+    try:
+        args = ServerArgs(
+            model_path=str(path), model_name=name, dtype=resolve_dtype(ns.dtype, device),
+            device=device, dummy_weight=ns.dummy_weight, attention_backend=ns.attention_backend,
+            page_size=ns.page_size, num_pages=ns.num_pages, memory_ratio=ns.memory_ratio,
+            max_running_reqs=ns.max_running_reqs, max_seq_len=ns.max_seq_len,
+            cache_type=ns.cache_type, max_prefill_length=ns.max_prefill_length,
+            host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer)
+    except ValueError as e:
+        raise MinisglError(str(e)) from None
+    return args, ns.shell

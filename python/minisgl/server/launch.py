@@ -1,0 +1,227 @@
+"""Start the server's processes, watch them, and stop them all together (chapter 14).
+
+    launcher (this process): the API server or the shell, plus a watchdog thread
+      |- tokenizer-0 .. tokenizer-N-1   text -> token ids
+      |- scheduler                      the engine: batches, KV cache, forward passes
+      '- detokenizer                    token ids -> text pieces
+
+Whatever ends the launcher ends the workers: Ctrl-C, SIGTERM, /exit in the shell, or the death of
+any worker (the watchdog notices and stops the launcher). If the launcher itself is killed with
+no chance to clean up, each worker gets SIGTERM from the kernel (see utils/mp.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from minisgl.message import ReadyMsg
+from minisgl.models.config import ModelConfig
+from minisgl.scheduler.io import run_scheduler_process
+from minisgl.tokenizer import load_tokenizer
+from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
+from minisgl.utils import init_logger
+from minisgl.utils.misc import MinisglError, run_main
+from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir
+
+from .args import ServerArgs, parse_args
+
+logger = init_logger(__name__)
+
+STARTUP_TIMEOUT_S = 900.0  # loading a large model from a slow disk can take minutes
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where each process listens (its PULL socket), all inside one private folder."""
+
+    folder: Path
+    num_tokenizer: int
+
+    @property
+    def tokenizers(self) -> list[str]:
+        return [ipc_addr(self.folder, f"tokenizer-{i}") for i in range(self.num_tokenizer)]
+
+    @property
+    def scheduler(self) -> str:
+        return ipc_addr(self.folder, "scheduler")
+
+    @property
+    def detokenizer(self) -> str:
+        return ipc_addr(self.folder, "detokenizer")
+
+    @property
+    def frontend(self) -> str:
+        return ipc_addr(self.folder, "frontend")
+
+    @property
+    def ready(self) -> str:
+        return ipc_addr(self.folder, "ready")
+
+
+class Workers:
+    """The worker processes: start, wait until each says it is ready, watch, stop."""
+
+    def __init__(self, args: ServerArgs, addrs: Addresses) -> None:
+        self.addrs = addrs
+        self.stopping = False
+        self.died: str | None = None  # the worker whose death brought the server down
+        tokenizer = load_tokenizer(args.model_path)  # fail here, clearly, before any process
+        context_len = min(args.max_seq_len or 1 << 62,
+                          ModelConfig.from_path(args.model_path).max_position_embeddings)
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
+        self.procs: list[mp.process.BaseProcess] = [
+            ctx.Process(target=run_scheduler_process, name="scheduler",
+                        args=(args, tokenizer.eos_token_ids, addrs.scheduler, addrs.detokenizer,
+                              addrs.ready)),
+            ctx.Process(target=detokenize_worker, name="detokenizer",
+                        args=(args.model_path, addrs.detokenizer, addrs.frontend, addrs.ready)),
+        ]
+        for i, addr in enumerate(addrs.tokenizers):
+            self.procs.append(ctx.Process(
+                target=tokenize_worker, name=f"tokenizer-{i}",
+                args=(args.model_path, context_len, addr, addrs.scheduler, addrs.frontend,
+                      addrs.ready, f"tokenizer-{i}")))
+
+    def start(self) -> None:
+        ready = PullQueue(self.addrs.ready)  # bound before any worker can report
+        try:
+            for proc in self.procs:
+                proc.start()
+            self._wait_ready(ready)
+        finally:
+            ready.close()
+        threading.Thread(target=self._watch, name="watchdog", daemon=True).start()
+
+    def _wait_ready(self, ready: PullQueue) -> None:
+        waiting = {proc.name for proc in self.procs}
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while waiting:
+            for msg in ready.get(timeout=0.5):
+                if isinstance(msg, ReadyMsg) and msg.error is not None:
+                    raise MinisglError(f"{msg.name} could not start: {msg.error}")
+                if isinstance(msg, ReadyMsg):
+                    waiting.discard(msg.name)
+                    logger.info("%s is ready", msg.name)
+            for proc in self.procs:
+                if not proc.is_alive() and proc.name in waiting:
+                    raise MinisglError(f"{proc.name} exited during start-up "
+                                       f"(exit code {proc.exitcode}); see its log above")
+            if time.monotonic() > deadline:
+                raise MinisglError(f"start-up took over {STARTUP_TIMEOUT_S:.0f} s; still waiting "
+                                   f"for {', '.join(sorted(waiting))}")
+
+    def _watch(self) -> None:
+        """Runs in a thread: if any worker dies while serving, stop the launcher too."""
+        sentinels = {proc.sentinel: proc for proc in self.procs}
+        dead = multiprocessing.connection.wait(list(sentinels))
+        if self.stopping:
+            return
+        proc = sentinels[dead[0]]  # type: ignore[index]
+        self.died = proc.name
+        logger.error("%s exited unexpectedly (exit code %s); shutting the server down",
+                     proc.name, proc.exitcode)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.stopping = True
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                logger.warning("%s did not stop in time; killing it", proc.name)
+                proc.kill()
+                proc.join()
+
+
+def bind_http_socket(host: str, port: int) -> socket.socket:
+    """Take the port before loading anything, so a port in use fails in a second, not after."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise MinisglError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    return sock
+
+
+def _raise_system_exit(*_: object) -> None:
+    raise SystemExit(0)
+
+
+def launch(args: ServerArgs, run_shell: bool) -> int:
+    """Run the server (or the shell) until it is told to stop; the exit code."""
+    # SIGTERM unwinds through the `finally` below like Ctrl-C does; uvicorn hands the signal
+    # back to this handler after its own graceful shutdown.
+    signal.signal(signal.SIGTERM, _raise_system_exit)
+    sock = None if run_shell else bind_http_socket(args.host, args.port)
+    if run_shell:  # keep the workers' INFO lines out of the conversation
+        os.environ.setdefault("MINISGL_LOG_LEVEL", "WARNING")
+    addrs = Addresses(private_ipc_dir(), args.num_tokenizer)
+    workers = None
+    try:
+        workers = Workers(args, addrs)
+        workers.start()
+        if run_shell:
+            from minisgl.shell import run_shell as shell_main
+
+            shell_main(addrs.tokenizers, addrs.frontend)
+        else:
+            _serve_http(args, addrs, sock)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if workers is not None:
+            workers.stop()
+        if sock is not None:
+            sock.close()
+        shutil.rmtree(addrs.folder, ignore_errors=True)
+        logger.info("server stopped")
+    if workers is not None and workers.died is not None:
+        return 1
+    return 0
+
+
+def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None:
+    import uvicorn
+
+    from .api_server import create_app
+    from .frontend import FrontendClient
+
+    client = FrontendClient(addrs.tokenizers, addrs.frontend)
+    names = [args.model_name, args.model_path]
+    app = create_app(client, names)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    logger.info("serving %s on http://%s:%d (OpenAI API at /v1)", args.model_name, args.host,
+                args.port)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> int:
+    code = 0
+
+    def go() -> None:
+        nonlocal code
+        args, run_shell = parse_args(argv)
+        code = launch(args, run_shell)
+
+    run_main(go)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

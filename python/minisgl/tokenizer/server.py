@@ -1,0 +1,124 @@
+"""The tokenizer and detokenizer worker processes (chapter 13).
+
+Tokenizing a long prompt or rendering a chat template takes milliseconds of Python; doing it in the
+scheduler would stall every running request for that long, and doing it in the API server would
+stall every connection. So text work has processes of its own: `--num-tokenizer` tokenizer
+workers turn requests into token ids, and one detokenizer turns each step's new tokens back into
+text pieces. There is one detokenizer because each request's streaming state (see detokenize.py)
+must live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from minisgl.message import (
+    AbortMsg,
+    ControlMsg,
+    ControlReply,
+    DetokenizeMsg,
+    ReadyMsg,
+    TokenizeMsg,
+    UserMsg,
+    UserReply,
+)
+from minisgl.utils import init_logger
+from minisgl.utils.mp import PullQueue, PushQueue, setup_worker_process
+
+from .detokenize import IncrementalDetokenizer
+from .tokenize import Tokenizer, load_tokenizer
+
+logger = init_logger(__name__)
+
+
+def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg, context_len: int) -> UserMsg:
+    """The token ids of one request, and its max_tokens when the client left it open."""
+    if msg.messages is not None:
+        ids = tokenizer.apply_chat_template(msg.messages)
+    elif msg.text is not None:
+        ids = tokenizer.encode(msg.text)
+    elif msg.input_ids is not None:
+        ids = list(msg.input_ids)
+    else:
+        raise ValueError("a request needs a prompt, token ids or chat messages")
+    params = msg.sampling_params
+    if msg.fit_max_tokens:
+        # At least one token, so a prompt that fills the context still gets the scheduler's
+        # clear "exceeds the context length" error rather than an invalid max_tokens.
+        left = max(1, context_len - len(ids))
+        params = replace(params, max_tokens=min(params.max_tokens, left))
+    return UserMsg(msg.uid, ids, params)
+
+
+def tokenize_worker(model_dir: str, context_len: int, recv_addr: str, backend_addr: str,
+                    frontend_addr: str, ready_addr: str, name: str = "tokenizer") -> None:
+    """Entry point of a tokenizer process: requests in, token ids out to the scheduler."""
+    setup_worker_process()
+    ready = PushQueue(ready_addr)
+    tokenizer = _load_or_report(model_dir, ready, name)
+    recv, to_backend, to_frontend = PullQueue(recv_addr), PushQueue(backend_addr), \
+        PushQueue(frontend_addr)
+    ready.put([ReadyMsg(name)])
+    while True:
+        forward: list[Any] = []
+        failed: list[UserReply] = []
+        for msg in recv.get_all(block=True):
+            if isinstance(msg, TokenizeMsg):
+                try:
+                    forward.append(tokenize_request(tokenizer, msg, context_len))
+                except Exception as e:  # a bad chat (say, roles the template refuses)
+                    failed.append(UserReply(msg.uid, finished=True, finish_reason="error",
+                                            error=f"cannot tokenize the request: {e}"))
+            elif isinstance(msg, (AbortMsg, ControlMsg)):
+                forward.append(msg)  # same socket as the request, so it arrives after it
+            else:
+                logger.warning("%s: ignoring a %s message", name, type(msg).__name__)
+        to_backend.put(forward)
+        to_frontend.put(failed)
+
+
+class DetokenizeManager:
+    """One streaming decoder per live request; a request's state goes when it finishes."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.streams: dict[int, IncrementalDetokenizer] = {}
+
+    def process(self, msg: DetokenizeMsg) -> UserReply:
+        stream = self.streams.get(msg.uid)
+        if stream is None:
+            stream = self.streams[msg.uid] = self.tokenizer.detokenizer()
+        text = stream.feed(msg.token_ids) if msg.token_ids else ""
+        if msg.finished:
+            text += stream.finish()
+            del self.streams[msg.uid]
+        return UserReply(msg.uid, text, msg.token_ids, msg.finished, msg.finish_reason,
+                         msg.error, msg.prompt_tokens, msg.cached_tokens)
+
+
+def detokenize_worker(model_dir: str, recv_addr: str, frontend_addr: str, ready_addr: str) -> None:
+    """Entry point of the detokenizer process: each step's tokens in, text pieces out."""
+    setup_worker_process()
+    ready = PushQueue(ready_addr)
+    manager = DetokenizeManager(_load_or_report(model_dir, ready, "detokenizer"))
+    recv, to_frontend = PullQueue(recv_addr), PushQueue(frontend_addr)
+    ready.put([ReadyMsg("detokenizer")])
+    while True:
+        replies: list[Any] = []
+        for msg in recv.get_all(block=True):
+            if isinstance(msg, DetokenizeMsg):
+                replies.append(manager.process(msg))
+            elif isinstance(msg, ControlReply):
+                replies.append(msg)
+            else:
+                logger.warning("detokenizer: ignoring a %s message", type(msg).__name__)
+        to_frontend.put(replies)
+
+
+def _load_or_report(model_dir: str, ready: PushQueue, name: str) -> Tokenizer:
+    try:
+        return load_tokenizer(model_dir)
+    except Exception as e:
+        ready.put([ReadyMsg(name, error=f"{type(e).__name__}: {e}")])
+        raise SystemExit(1) from e
