@@ -122,3 +122,108 @@ class HFGreedy:
 @pytest.fixture(scope="session")
 def hf_greedy(smollm2_dir) -> HFGreedy:
     return HFGreedy(smollm2_dir)
+
+
+class RunningServer:
+    """`python -m minisgl` in a subprocess (chapter 14), and small HTTP helpers for tests.
+
+    Only the standard library talks to it here, so this file stays importable in the trees of
+    chapters that have no server yet."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None,
+                 startup_timeout: float = 300.0) -> None:
+        import os
+        import socket
+        import subprocess
+        import sys
+        import tempfile
+
+        with socket.socket() as s:  # a free port (a tiny race with other programs is fine)
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="minisgl-server-", suffix=".log")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "minisgl", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self._wait_healthy(startup_timeout)
+        self.model_name = self.get("/v1/models")[1]["data"][0]["id"]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _wait_healthy(self, timeout: float) -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n"
+                                   f"{self.log_text()}")
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"the server did not become healthy in {timeout} s:\n"
+                           f"{self.log_text()}")
+
+    def log_text(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def request(self, method: str, path: str, body: bytes | dict | None = None,
+                timeout: float = 120.0) -> tuple[int, object]:
+        """(status, parsed JSON body or raw text)."""
+        import http.client
+        import json
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = json.dumps(body).encode() if isinstance(body, dict) else body
+            conn.request(method, path, body=data,
+                         headers={"Content-Type": "application/json"} if data else {})
+            resp = conn.getresponse()
+            raw = resp.read().decode()
+            try:
+                return resp.status, json.loads(raw)
+            except json.JSONDecodeError:
+                return resp.status, raw
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> tuple[int, object]:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: bytes | dict) -> tuple[int, object]:
+        return self.request("POST", path, body)
+
+    def health(self) -> dict:
+        status, body = self.get("/health")
+        assert status == 200, body
+        return body  # type: ignore[return-value]
+
+    def stop(self) -> int:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(smollm2_dir):
+    """One server on the bundled SmolLM2 for every API test (starting one takes ~10 s): two
+    tokenizer workers, so requests really spread over several processes."""
+    server = RunningServer(["--model", str(smollm2_dir), "--num-tokenizer", "2",
+                            "--num-pages", "8192", "--max-seq-len", "1024"])
+    yield server
+    server.stop()

@@ -63,6 +63,8 @@ def _to_wire(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_to_wire(v) for v in value]
     if isinstance(value, dict):
+        if _TYPE_KEY in value:  # it would come back as a message, not as this dict
+            raise TypeError(f"a plain dict cannot have the key {_TYPE_KEY!r}: it marks messages")
         return {k: _to_wire(v) for k, v in value.items()}
     return value
 

@@ -159,15 +159,19 @@ def bind_http_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _raise_system_exit(*_: object) -> None:
-    raise SystemExit(0)
+class StopRequested(BaseException):
+    """Raised by the SIGTERM handler; unwinds like Ctrl-C's KeyboardInterrupt does."""
+
+
+def _stop_requested(*_: object) -> None:
+    raise StopRequested
 
 
 def launch(args: ServerArgs, run_shell: bool) -> int:
     """Run the server (or the shell) until it is told to stop; the exit code."""
     # SIGTERM unwinds through the `finally` below like Ctrl-C does; uvicorn hands the signal
     # back to this handler after its own graceful shutdown.
-    signal.signal(signal.SIGTERM, _raise_system_exit)
+    signal.signal(signal.SIGTERM, _stop_requested)
     sock = None if run_shell else bind_http_socket(args.host, args.port)
     if run_shell:  # keep the workers' INFO lines out of the conversation
         os.environ.setdefault("MINISGL_LOG_LEVEL", "WARNING")
@@ -182,7 +186,7 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
             shell_main(addrs.tokenizers, addrs.frontend)
         else:
             _serve_http(args, addrs, sock)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StopRequested):
         pass
     finally:
         if workers is not None:

@@ -111,9 +111,20 @@ def parse_body(cls: type[T], body: bytes) -> T:
         first = e.errors(include_url=False)[0]
         if first["type"] == "json_invalid":
             raise ApiError(400, f"the body is not valid JSON: {first['msg']}") from None
-        where = ".".join(str(part) for part in first["loc"])
+        # A union field adds the member it tried to the location ("prompt", "list[int]", 1);
+        # the client needs the field's own path, the part before that tag.
+        tags = [i for i, part in enumerate(first["loc"]) if _is_type_tag(part)]
+        loc = first["loc"][: tags[0]] if tags else first["loc"]
+        where = ".".join(str(part) for part in loc)
+        if len(loc) < len(first["loc"]):
+            raise ApiError(400, f"'{where}' has a type this field does not allow",
+                           param=where) from None
         if not where:
             raise ApiError(400, f"the body must be a JSON object: {first['msg']}") from None
         if first["type"] == "missing":
             raise ApiError(400, f"'{where}' is required", param=where) from None
         raise ApiError(400, f"'{where}': {first['msg']}", param=where) from None
+
+
+def _is_type_tag(part: str | int) -> bool:
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)

@@ -16,14 +16,17 @@ class StopChecker:
 
     def feed(self, piece: str) -> str:
         """The text that is now safe to emit. After a stop string, `stopped` is True and the
-        text up to (not including) the stop string is the last thing returned."""
+        text up to (not including) the stop string is the last thing returned. Of several stop
+        strings, the one whose end comes first counts (the longest, if they end together)."""
         if self.stopped:
             return ""
         text = self._held + piece
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        # The stop string that is complete first wins (what a token-by-token check would see),
+        # so the answer does not depend on how the text was cut into pieces.
+        hits = [(i + len(s), i) for s in self.stops if (i := text.find(s)) >= 0]
         if hits:
             self.stopped, self._held = True, ""
-            return text[: min(hits)]
+            return text[: min(hits)[1]]
         keep = self._partial_tail(text)
         self._held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep]

@@ -1,0 +1,111 @@
+"""Chapter 14: the launcher starts, watches and stops every process of the server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import RunningServer
+
+SMALL = ["--num-pages", "512", "--max-seq-len", "512", "--max-running-requests", "8"]
+
+
+def family(server: RunningServer) -> list[psutil.Process]:
+    launcher = psutil.Process(server.proc.pid)
+    return [launcher, *launcher.children(recursive=True)]
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float = 30.0) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return alive
+
+
+def ipc_folders_of(procs: list[psutil.Process]) -> set[str]:
+    """The private ipc folders the processes have sockets in."""
+    folders = set()
+    for proc in procs:
+        for conn in proc.net_connections(kind="unix"):
+            if conn.laddr and "minisgl-" in conn.laddr:
+                folders.add(os.path.dirname(conn.laddr))
+    return folders
+
+
+def test_sigterm_leaves_no_process_and_no_socket_folder(smollm2_dir):
+    server = RunningServer(["--model", str(smollm2_dir), "--num-tokenizer", "2", *SMALL])
+    procs = family(server)
+    names = {p.pid for p in procs}
+    assert len(procs) >= 5  # launcher, scheduler, detokenizer, two tokenizers
+    folders = ipc_folders_of(procs)
+    assert folders and all(os.stat(f).st_mode & 0o777 == 0o700 for f in folders)
+    assert server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(60) == 0
+    assert wait_gone(procs) == [], f"left behind: {names}"
+    assert not any(os.path.exists(f) for f in folders)
+
+
+def test_listens_on_loopback_only_by_default(smollm2_dir):
+    server = RunningServer(["--model", str(smollm2_dir), *SMALL])
+    try:
+        listening = [c.laddr for c in psutil.Process(server.proc.pid).net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening == [("127.0.0.1", server.port)]
+    finally:
+        server.stop()
+
+
+def test_a_dead_worker_brings_the_whole_server_down(smollm2_dir):
+    server = RunningServer(["--model", str(smollm2_dir), *SMALL])
+    procs = family(server)
+    scheduler = next(p for p in procs[1:] if "resource_tracker" not in " ".join(p.cmdline())
+                     and p.memory_info().rss == max(q.memory_info().rss for q in procs[1:]))
+    scheduler.kill()  # the biggest worker holds the model: the scheduler
+    assert server.proc.wait(60) == 1  # non-zero: the server did not stop by request
+    assert wait_gone(procs) == []
+    assert "exited unexpectedly" in server.log_text()
+
+
+def test_a_killed_launcher_takes_its_workers_with_it(smollm2_dir):
+    server = RunningServer(["--model", str(smollm2_dir), *SMALL])
+    procs = family(server)
+    server.proc.kill()  # SIGKILL: no handler runs, no cleanup code
+    server.proc.wait(10)
+    assert wait_gone(procs[1:]) == []
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minisgl", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_port_in_use_is_one_clear_error_before_loading(smollm2_dir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        start = time.monotonic()
+        result = run_cli("--model", str(smollm2_dir), "--port", str(port))
+    assert result.returncode == 1
+    assert f"error: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "engine ready" not in result.stderr  # the model was never loaded
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "/no/such/folder"], "error: "),
+    (["--port", "70000"], "port must be in 1..65535"),
+    (["--tp", "2"], "tensor parallelism arrives in chapter 17"),
+    (["--num-tokenizer", "0"], "num_tokenizer must be >= 1"),
+])
+def test_bad_flags_are_one_line_errors(args, message, smollm2_dir):
+    if "--model" not in args:
+        args = ["--model", str(smollm2_dir), *args]
+    result = run_cli(*args)
+    assert result.returncode == 1
+    assert message in result.stderr and "Traceback" not in result.stderr

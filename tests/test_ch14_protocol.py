@@ -1,0 +1,105 @@
+"""Chapter 14: request validation and stop strings, without a server."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from minisgl.server.protocol import (
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    parse_body,
+)
+from minisgl.server.stop import StopChecker
+
+
+def test_valid_chat_body_parses_with_openai_defaults():
+    req = parse_body(ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user", '
+                                            b'"content": [{"type": "text", "text": "a"}, '
+                                            b'{"type": "text", "text": "b"}]}], "seed": 3}')
+    assert req.chat() == [{"role": "user", "content": "ab"}]
+    assert (req.temperature, req.top_p, req.top_k, req.max_tokens) == (1.0, 1.0, -1, None)
+    params = req.sampling_params(77)
+    assert params.max_tokens == 77 and params.temperature == 1.0
+
+
+def test_generate_defaults_to_greedy_and_completion_prompt_forms():
+    assert parse_body(GenerateRequest, b'{"text": "x"}').sampling_params(5).is_greedy
+    assert parse_body(CompletionRequest, b'{"prompt": ["one"]}').one_prompt() == "one"
+    assert parse_body(CompletionRequest, b'{"prompt": [1, 2]}').one_prompt() == [1, 2]
+    with pytest.raises(ApiError, match="one prompt"):
+        parse_body(CompletionRequest, b'{"prompt": ["a", "b"]}').one_prompt()
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (b"{", None),
+    (b'"text"', None),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}', "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}', "ignore_eos"),
+    (b'{"messages": [{"role": "user", "content": 7}]}', "messages.0.content"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stop": 5}', "stop"),
+])
+def test_invalid_bodies_are_400_naming_the_field(body, param):
+    with pytest.raises(ApiError) as error:
+        parse_body(ChatCompletionRequest, body)
+    assert error.value.status == 400
+    assert error.value.body["error"]["param"] == param
+    assert error.value.body["error"]["type"] == "invalid_request_error"
+
+
+# ---- stop strings, against a plain model: emit everything before the earliest stop ------------
+
+
+def model_output(text: str, stops: list[str]) -> tuple[str, bool]:
+    """Read the text one character at a time; stop at the first moment a stop string is
+    complete, cutting before the longest one that ends there."""
+    for end in range(1, len(text) + 1):
+        done = [s for s in stops if s and text[:end].endswith(s)]
+        if done:
+            return text[: end - max(map(len, done))], True
+    return text, False
+
+
+def held_back(seen: str, stops: list[str]) -> str:
+    """What a maximal-emitting checker holds: the longest suffix of `seen` that is a proper
+    prefix of a stop string."""
+    best = ""
+    for s in stops:
+        for n in range(1, len(s)):
+            if seen.endswith(s[:n]) and n > len(best):
+                best = s[:n]
+    return best
+
+
+@pytest.mark.parametrize("seed", [random.randrange(1 << 30) for _ in range(200)])
+def test_stop_checker_matches_the_model_on_random_streams(seed):
+    rng = random.Random(seed)
+    alphabet = "ab c"
+    text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+    stops = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
+             for _ in range(rng.randint(0, 3))]
+    cuts = sorted(rng.sample(range(len(text) + 1), k=min(len(text) + 1, rng.randint(0, 8))))
+    pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+    checker, out, seen = StopChecker(stops), "", ""
+    for piece in pieces:
+        out += checker.feed(piece)
+        seen += piece
+        if checker.stopped:
+            break
+        # never more held back than could still become a stop string
+        assert seen == out + held_back(seen, stops), (seen, out, stops)
+    if not checker.stopped:
+        out += checker.flush()
+    want, stopped = model_output(text, stops)
+    assert (out, checker.stopped) == (want, stopped), (text, stops, pieces)
+
+
+def test_stop_string_split_across_pieces_is_never_emitted():
+    checker = StopChecker(["###"])
+    assert checker.feed("Hello #") == "Hello "
+    assert checker.feed("#") == ""
+    assert checker.feed("# world") == ""
+    assert checker.stopped and checker.flush() == ""

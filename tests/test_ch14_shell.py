@@ -1,0 +1,66 @@
+"""Chapter 14: `python -m minisgl --shell`, driven through a pseudo-terminal like a person would.
+
+The shell is greedy by default, and the naive prefix cache makes every prompt run the same code
+path as the reference, so each answer must equal LLM.generate on the chat so far.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pexpect
+import pytest
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+MAX_TOKENS = 24
+PROMPT = ">>> "
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_dir):
+    ref = LLM(str(smollm2_dir), num_pages=2048, cache_type="naive")
+    yield ref
+    ref.shutdown()
+
+
+def answer(llm: LLM, chat: list[dict[str, str]]) -> str:
+    ids = llm.tokenizer.apply_chat_template(chat)
+    return llm.generate([ids], SamplingParams(max_tokens=MAX_TOKENS), use_tqdm=False)[0]["text"]
+
+
+def ask(shell: pexpect.spawn, question: str) -> str:
+    shell.sendline(question)
+    shell.expect_exact(PROMPT, timeout=120)
+    lines = shell.before.replace("\r\n", "\n").split("\n")
+    assert lines[0] == question  # the terminal echoes what was typed
+    return "\n".join(lines[1:]).rstrip("\n")
+
+
+def test_shell_answers_keeps_history_and_resets(smollm2_dir, llm):
+    env = {**os.environ, "MINISGL_SHELL_MAX_TOKENS": str(MAX_TOKENS), "TERM": "dumb"}
+    shell = pexpect.spawn(sys.executable, ["-m", "minisgl", "--model", str(smollm2_dir),
+                                           "--shell", "--cache", "naive", "--num-pages", "2048"],
+                          env=env, encoding="utf-8", timeout=300, dimensions=(50, 400))
+    try:
+        shell.expect_exact(PROMPT, timeout=300)
+        q1, q2 = "What is the capital of France?", "What did I just ask you?"
+        a1 = ask(shell, q1)
+        assert a1 == answer(llm, [{"role": "user", "content": q1}])
+        assert "Paris" in a1
+        a2 = ask(shell, q2)  # the question only makes sense with the history
+        assert a2 == answer(llm, [{"role": "user", "content": q1},
+                                  {"role": "assistant", "content": a1},
+                                  {"role": "user", "content": q2}])
+        assert ask(shell, "/reset") == "(the conversation is cleared)"
+        a3 = ask(shell, q2)
+        assert a3 == answer(llm, [{"role": "user", "content": q2}])
+        assert a3 != a2
+        assert "unknown command" in ask(shell, "/nonsense")
+        shell.sendline("/exit")
+        shell.expect(pexpect.EOF, timeout=60)
+    finally:
+        shell.close(force=True)
+    assert shell.exitstatus == 0
