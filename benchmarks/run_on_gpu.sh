@@ -4,3 +4,4 @@ python benchmarks/gpu_kernels.py 2>&1 | grep -v Loading | tee $OUT/gpu_kernels.t
 nvcc -std=c++17 -O2 -arch=sm_90 -Ipython/minisgl/kernel/csrc tests/cuda/test_kv_kernels.cu -o /tmp/tkv && /tmp/tkv | tee $OUT/test_kv_kernels_gpu.txt
 [ -z "${SKIP_CONFORMANCE:-}" ] && OUT=/tmp/conf bash tools/gpu_conformance.sh > $OUT/conformance_summary.txt 2>&1; tail -20 $OUT/conformance_summary.txt; tar czf $OUT/conformance.tgz -C /tmp conf
 [ -n "${WITH_OFFLINE:-}" ] && python -m minisgl.benchmark.offline --model Qwen/Qwen3-0.6B --dummy-weight --compare-hf --num-requests 64 2>&1 | grep -v -E "Loading|generation_config" | tee $OUT/offline_bench_gpu.txt
+[ -n "${WITH_SERVING:-}" ] && python benchmarks/serving.py --dummy-weight --clients 64 --max-tokens 128 2>&1 | grep -v -E "INFO|Loading" | tee $OUT/serving_gpu.txt

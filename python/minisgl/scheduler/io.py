@@ -20,7 +20,7 @@ from minisgl.message import (
     UserMsg,
 )
 from minisgl.utils import init_logger
-from minisgl.utils.mp import PullQueue, PushQueue, setup_worker_process
+from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
 from .config import SchedulerConfig
 from .scheduler import Scheduler, TokenOutput
@@ -110,6 +110,7 @@ def run_scheduler_process(config: SchedulerConfig, eos_token_ids: tuple[int, ...
         scheduler = Scheduler(config, eos_token_ids=eos_token_ids)
     except Exception as e:  # whatever stops the model from loading, the launcher must hear it
         ready.put([ReadyMsg("scheduler", error=f"{type(e).__name__}: {e}")])
+        flush_before_exit()
         raise SystemExit(1) from e
     io = SchedulerIO(scheduler, recv_addr, send_addr)
     ready.put([ReadyMsg("scheduler")])

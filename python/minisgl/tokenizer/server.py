@@ -24,7 +24,7 @@ from minisgl.message import (
     UserReply,
 )
 from minisgl.utils import init_logger
-from minisgl.utils.mp import PullQueue, PushQueue, setup_worker_process
+from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
 from .detokenize import IncrementalDetokenizer
 from .tokenize import Tokenizer, load_tokenizer
@@ -121,4 +121,5 @@ def _load_or_report(model_dir: str, ready: PushQueue, name: str) -> Tokenizer:
         return load_tokenizer(model_dir)
     except Exception as e:
         ready.put([ReadyMsg(name, error=f"{type(e).__name__}: {e}")])
+        flush_before_exit()
         raise SystemExit(1) from e

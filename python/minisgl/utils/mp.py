@@ -99,6 +99,15 @@ class AsyncPullQueue:
         self._sock.close()
 
 
+def flush_before_exit(timeout: float = 1.0) -> None:
+    """Deliver what this process's sockets still hold (waiting at most `timeout` s), close them.
+
+    Sockets are made with LINGER 0, so a frame sent just before the process exits can be dropped
+    unsent; a worker that reports a start-up error and then exits calls this in between.
+    """
+    zmq.Context.instance().destroy(linger=int(timeout * 1000))
+
+
 def setup_worker_process() -> None:
     """First lines of every worker process the launcher starts.
 
