@@ -14,7 +14,6 @@ import shutil
 
 from minisgl.core import SamplingParams
 from minisgl.message import ReadyMsg, TokenizeMsg, UserReply
-from minisgl.models.config import ModelConfig
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer import load_tokenizer
@@ -29,7 +28,6 @@ QUESTION = "What is the capital of France?"
 def main() -> None:
     path = str(resolve_model(MODEL))
     eos = load_tokenizer(path).eos_token_ids
-    context_len = ModelConfig.from_path(path).max_position_embeddings
     folder = private_ipc_dir()
     addr = {name: ipc_addr(folder, name)
             for name in ("tokenizer-0", "scheduler", "detokenizer", "frontend", "ready")}
@@ -41,8 +39,8 @@ def main() -> None:
                     args=(SchedulerConfig(model_path=path, num_pages=512), eos,
                           addr["scheduler"], addr["detokenizer"], addr["ready"])),
         ctx.Process(target=tokenize_worker, name="tokenizer-0",
-                    args=(path, context_len, addr["tokenizer-0"], addr["scheduler"],
-                          addr["frontend"], addr["ready"], "tokenizer-0")),
+                    args=(path, addr["tokenizer-0"], addr["scheduler"], addr["frontend"],
+                          addr["ready"], "tokenizer-0")),
         ctx.Process(target=detokenize_worker, name="detokenizer",
                     args=(path, addr["detokenizer"], addr["frontend"], addr["ready"])),
     ]

@@ -6,6 +6,7 @@ import multiprocessing as mp
 import random
 import shutil
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 from conftest import CHAT_PROMPTS
@@ -261,6 +262,33 @@ def test_a_request_longer_than_the_context_gets_an_error(sched, reference, rng):
     assert of(got, empty)[0].finish_reason == "error" and "empty" in of(got, empty)[0].error
     assert tokens(of(got, ok)) == results[0]["token_ids"]  # the good request is unharmed
     assert_idle(sched)
+
+
+def test_fit_max_tokens_runs_to_the_end_of_the_context(sched, rng):
+    prompt = [rng.randrange(100, 40_000) for _ in range(rng.randint(CONTEXT - 30, CONTEXT - 2))]
+    uid = rng.randrange(1 << 40)
+    params = SamplingParams(max_tokens=10**6, ignore_eos=True)  # "as long as it can go"
+    sched.send(UserMsg(uid, prompt, params, fit_max_tokens=True))
+    got = of(sched.pump(finished([uid])), uid)
+    assert got[-1].finish_reason == "length"
+    assert len(tokens(got)) == CONTEXT - len(prompt)
+    assert_idle(sched)
+
+
+def test_fit_max_tokens_also_respects_a_pool_smaller_than_the_context(sched, rng):
+    """The KV pool, not only the context, bounds a request: a pool of 100 tokens under a
+    context of 256 leaves 100 - prompt tokens."""
+    io = sched.io
+    for _ in range(20):
+        pool, context = rng.randint(20, 400), rng.randint(20, 400)
+        prompt_len, asked = rng.randint(1, 450), rng.randint(1, 500)
+        fake = SimpleNamespace(engine=SimpleNamespace(max_seq_len=context),
+                               cache=SimpleNamespace(capacity_tokens=pool))
+        fitted = SchedulerIO._fit(SimpleNamespace(scheduler=fake), SamplingParams(
+            temperature=0.5, max_tokens=asked), prompt_len)
+        assert fitted.max_tokens == max(1, min(asked, min(pool, context) - prompt_len))
+        assert fitted.temperature == 0.5
+    assert io.scheduler.cache.capacity_tokens == NUM_PAGES
 
 
 def test_a_message_the_scheduler_does_not_take_is_ignored(sched, rng):

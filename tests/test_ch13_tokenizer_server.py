@@ -83,7 +83,7 @@ def random_params(rng: random.Random) -> SamplingParams:
 def test_text_is_encoded_with_the_special_tokens(tok, rng):
     for _ in range(20):
         text, params, uid = random_text(rng), random_params(rng), rng.randrange(1 << 40)
-        msg = tokenize_request(tok, TokenizeMsg(uid, params, text=text), context_len=8192)
+        msg = tokenize_request(tok, TokenizeMsg(uid, params, text=text))
         assert msg == UserMsg(uid, tok.encode(text), params)
         assert msg.input_ids == tok.hf.encode(text)
 
@@ -91,7 +91,7 @@ def test_text_is_encoded_with_the_special_tokens(tok, rng):
 def test_input_ids_are_taken_as_they_are(tok, rng):
     ids = [rng.randrange(len(tok.hf)) for _ in range(rng.randint(1, 100))]
     params = random_params(rng)
-    msg = tokenize_request(tok, TokenizeMsg(3, params, input_ids=ids), context_len=8192)
+    msg = tokenize_request(tok, TokenizeMsg(3, params, input_ids=ids))
     assert msg == UserMsg(3, ids, params)
     assert msg.input_ids is not ids  # a copy
 
@@ -103,33 +103,25 @@ def test_a_chat_is_rendered_by_the_template(tok, rng):
             chat = [{"role": "system", "content": rng.choice(TEXTS)}, *chat,
                     {"role": "assistant", "content": rng.choice(TEXTS)},
                     {"role": "user", "content": rng.choice(CHAT_PROMPTS)}]
-        msg = tokenize_request(tok, TokenizeMsg(5, SamplingParams(), messages=chat), 8192)
+        msg = tokenize_request(tok, TokenizeMsg(5, SamplingParams(), messages=chat))
         assert msg.input_ids == tok.apply_chat_template(chat)
         rendered = tok.hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         assert msg.input_ids == tok.hf.encode(rendered, add_special_tokens=False)
         assert tok.decode(msg.input_ids).endswith("<|im_start|>assistant\n")
 
 
-def test_fit_max_tokens_clips_to_what_the_context_leaves(tok, rng):
-    for _ in range(50):
-        ids = [rng.randrange(len(tok.hf)) for _ in range(rng.randint(1, 300))]
-        context_len = rng.randint(1, 600)
-        params = random_params(rng)
-        msg = TokenizeMsg(1, params, input_ids=ids, fit_max_tokens=True)
-        got = tokenize_request(tok, msg, context_len).sampling_params
-        assert got.max_tokens == min(params.max_tokens, max(1, context_len - len(ids)))
-        assert got.max_tokens >= 1
-        assert (got.temperature, got.top_k, got.top_p, got.ignore_eos) == \
-            (params.temperature, params.top_k, params.top_p, params.ignore_eos)
-        assert msg.sampling_params == params  # the message itself is not changed
-        # without fit_max_tokens the client's max_tokens stands, even past the context
-        same = tokenize_request(tok, TokenizeMsg(1, params, input_ids=ids), context_len)
-        assert same.sampling_params == params
+def test_fit_max_tokens_travels_to_the_scheduler_untouched(tok, rng):
+    """Only the scheduler knows how much its context and KV pool leave (chapter 12's _fit)."""
+    ids = [rng.randrange(len(tok.hf)) for _ in range(rng.randint(1, 300))]
+    params = random_params(rng)
+    for fit in (True, False):
+        msg = tokenize_request(tok, TokenizeMsg(1, params, input_ids=ids, fit_max_tokens=fit))
+        assert msg == UserMsg(1, ids, params, fit)
 
 
 def test_a_request_without_a_prompt_is_a_value_error(tok):
     with pytest.raises(ValueError, match="needs a prompt"):
-        tokenize_request(tok, TokenizeMsg(1, SamplingParams()), 8192)
+        tokenize_request(tok, TokenizeMsg(1, SamplingParams()))
 
 
 # ---- DetokenizeManager ------------------------------------------------------------------------
@@ -243,8 +235,8 @@ def server(smollm2_dir):
                     args=(config, load_tokenizer(path).eos_token_ids, addr["scheduler"],
                           addr["detokenizer"], addr["ready"])),
         ctx.Process(target=tokenize_worker, name="tokenizer-0", daemon=True,
-                    args=(path, CONTEXT, addr["tokenizer-0"], addr["scheduler"],
-                          addr["frontend"], addr["ready"], "tokenizer-0")),
+                    args=(path, addr["tokenizer-0"], addr["scheduler"], addr["frontend"],
+                          addr["ready"], "tokenizer-0")),
         ctx.Process(target=detokenize_worker, name="detokenizer", daemon=True,
                     args=(path, addr["detokenizer"], addr["frontend"], addr["ready"])),
     ]

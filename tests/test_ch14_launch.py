@@ -50,12 +50,19 @@ def test_sigterm_leaves_no_process_and_no_socket_folder(smollm2_dir):
     assert not any(os.path.exists(f) for f in folders)
 
 
-def test_listens_on_loopback_only_by_default(smollm2_dir):
-    server = RunningServer(["--model", str(smollm2_dir), *SMALL])
+def test_loopback_by_default_and_a_kv_pool_smaller_than_the_context(smollm2_dir):
+    server = RunningServer(["--model", str(smollm2_dir), "--num-pages", "120",
+                            "--max-seq-len", "512"])
     try:
         listening = [c.laddr for c in psutil.Process(server.proc.pid).net_connections("inet")
                      if c.status == psutil.CONN_LISTEN]
         assert listening == [("127.0.0.1", server.port)]
+        # No max_tokens: the answer may use what the 120-slot pool leaves, not the context's 512.
+        status, body = server.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "Hi"}], "ignore_eos": True})
+        assert status == 200, body
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["usage"]["total_tokens"] == 120
     finally:
         server.stop()
 

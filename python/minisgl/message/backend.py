@@ -17,3 +17,5 @@ class UserMsg:
     uid: int
     input_ids: list[int]
     sampling_params: SamplingParams
+    # max_tokens was not given: the scheduler lowers it to what its context and KV pool leave
+    fit_max_tokens: bool = False

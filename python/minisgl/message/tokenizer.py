@@ -20,7 +20,8 @@ class TokenizeMsg:
     text: str | None = None  # a completion prompt, encoded with the model's special tokens
     input_ids: list[int] | None = None  # a prompt that is already tokens
     messages: list[dict[str, Any]] | None = None  # a chat, rendered by the chat template
-    # max_tokens was not given: use what the context has left, at most sampling_params.max_tokens
+    # max_tokens was not given: at most sampling_params.max_tokens, as much as the scheduler's
+    # context and KV pool leave after the prompt (only the scheduler knows its pool size)
     fit_max_tokens: bool = False
 
 

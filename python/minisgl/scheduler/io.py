@@ -7,10 +7,12 @@ on its socket, so a new request wakes it at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from minisgl.core import SamplingParams
 from minisgl.message import (
     AbortMsg,
     ControlMsg,
@@ -54,7 +56,10 @@ class SchedulerIO:
         for msg in msgs:
             if isinstance(msg, UserMsg):
                 self._prompt_lens[msg.uid] = len(msg.input_ids)
-                self.scheduler.add_request(msg.input_ids, msg.sampling_params, uid=msg.uid)
+                params = msg.sampling_params
+                if msg.fit_max_tokens:
+                    params = self._fit(params, len(msg.input_ids))
+                self.scheduler.add_request(msg.input_ids, params, uid=msg.uid)
             elif isinstance(msg, AbortMsg):
                 # A request that already finished is not found: its last reply is on its way.
                 if self.scheduler.abort(msg.uid):
@@ -65,6 +70,12 @@ class SchedulerIO:
             else:
                 logger.warning("scheduler: ignoring a %s message", type(msg).__name__)
         return replies
+
+    def _fit(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
+        """max_tokens lowered to what the context and the whole KV pool leave after the prompt.
+        At least 1, so a prompt that fills the context still gets add_request's clear error."""
+        room = min(self.scheduler.engine.max_seq_len, self.scheduler.cache.capacity_tokens)
+        return replace(params, max_tokens=min(params.max_tokens, max(1, room - prompt_len)))
 
     def _reply(self, out: TokenOutput) -> DetokenizeMsg:
         # Every reply carries the prompt length, so a frontend that stops early still knows it.

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,7 @@ class Piece:
     usage: dict[str, Any] = field(default_factory=dict)
 
 
-async def pieces(stream: RequestStream, stops: list[str], request: Request) -> AsyncIterator[Piece]:
+async def pieces(stream: RequestStream, stops: list[str], request: Request) -> AsyncGenerator[Piece]:
     """Run one request to its end. Raises ApiError if the engine refused it (first reply)."""
     checker, completion = StopChecker(stops), 0
     try:
@@ -78,14 +78,21 @@ async def pieces(stream: RequestStream, stops: list[str], request: Request) -> A
         stream.close()  # aborts the request unless it finished
 
 
-async def first_and_rest(gen: AsyncIterator[Piece]) -> AsyncIterator[Piece]:
-    """Wait for the first piece now (errors surface before any byte is sent), then the rest."""
-    first = await anext(gen)
+async def first_and_rest(gen: AsyncGenerator[Piece]) -> AsyncGenerator[Piece]:
+    """Wait for the first piece now (errors surface before any byte is sent), then the rest.
 
-    async def chained() -> AsyncIterator[Piece]:
-        yield first
-        async for piece in gen:
-            yield piece
+    Closing the returned generator closes `gen`, whose `finally` aborts an unfinished request;
+    the endpoints close it with `aclosing`, so that never waits for the garbage collector."""
+    try:
+        first = await anext(gen)
+    except StopAsyncIteration:  # the client left before the first piece
+        raise ApiError(499, "the client closed the connection") from None
+
+    async def chained() -> AsyncGenerator[Piece]:
+        async with aclosing(gen):
+            yield first
+            async for piece in gen:
+                yield piece
 
     return chained()
 
@@ -158,15 +165,17 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
             yield sse({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant",
                                                                    "content": ""},
                                              "finish_reason": None}]})
-            async for piece in gen:
-                if piece.text:
-                    yield sse({**chunk, "choices": [{"index": 0, "delta": {"content": piece.text},
-                                                     "finish_reason": None}]})
-                if piece.finish_reason is not None:
-                    yield sse({**chunk, "choices": [{"index": 0, "delta": {},
-                                                     "finish_reason": piece.finish_reason}]})
-                    if include_usage:
-                        yield sse({**chunk, "choices": [], "usage": piece.usage})
+            async with aclosing(gen):
+                async for piece in gen:
+                    if piece.text:
+                        delta = {"content": piece.text}
+                        yield sse({**chunk, "choices": [{"index": 0, "delta": delta,
+                                                         "finish_reason": None}]})
+                    if piece.finish_reason is not None:
+                        yield sse({**chunk, "choices": [{"index": 0, "delta": {},
+                                                         "finish_reason": piece.finish_reason}]})
+                        if include_usage:
+                            yield sse({**chunk, "choices": [], "usage": piece.usage})
             yield sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -190,13 +199,14 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         async def events() -> AsyncIterator[bytes]:
-            async for piece in gen:
-                if piece.text or piece.finish_reason is not None:
-                    choice = {"index": 0, "text": piece.text, "logprobs": None,
-                              "finish_reason": piece.finish_reason}
-                    yield sse({**head, "choices": [choice]})
-                if piece.finish_reason is not None and include_usage:
-                    yield sse({**head, "choices": [], "usage": piece.usage})
+            async with aclosing(gen):
+                async for piece in gen:
+                    if piece.text or piece.finish_reason is not None:
+                        choice = {"index": 0, "text": piece.text, "logprobs": None,
+                                  "finish_reason": piece.finish_reason}
+                        yield sse({**head, "choices": [choice]})
+                    if piece.finish_reason is not None and include_usage:
+                        yield sse({**head, "choices": [], "usage": piece.usage})
             yield sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -217,9 +227,11 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
                     "usage": last.usage}
 
         async def events() -> AsyncIterator[bytes]:
-            async for piece in gen:
-                yield sse({"text": piece.text, "token_ids": piece.token_ids,
-                           "finish_reason": piece.finish_reason, "usage": piece.usage or None})
+            async with aclosing(gen):
+                async for piece in gen:
+                    yield sse({"text": piece.text, "token_ids": piece.token_ids,
+                               "finish_reason": piece.finish_reason,
+                               "usage": piece.usage or None})
             yield sse("[DONE]")
 
         return StreamingResponse(events(), media_type="text/event-stream")

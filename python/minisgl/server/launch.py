@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minisgl.message import ReadyMsg
-from minisgl.models.config import ModelConfig
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer import load_tokenizer
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
@@ -76,8 +75,6 @@ class Workers:
         self.stopping = False
         self.died: str | None = None  # the worker whose death brought the server down
         tokenizer = load_tokenizer(args.model_path)  # fail here, clearly, before any process
-        context_len = min(args.max_seq_len or 1 << 62,
-                          ModelConfig.from_path(args.model_path).max_position_embeddings)
         ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
         self.procs: list[mp.process.BaseProcess] = [
             ctx.Process(target=run_scheduler_process, name="scheduler",
@@ -89,8 +86,8 @@ class Workers:
         for i, addr in enumerate(addrs.tokenizers):
             self.procs.append(ctx.Process(
                 target=tokenize_worker, name=f"tokenizer-{i}",
-                args=(args.model_path, context_len, addr, addrs.scheduler, addrs.frontend,
-                      addrs.ready, f"tokenizer-{i}")))
+                args=(args.model_path, addr, addrs.scheduler, addrs.frontend, addrs.ready,
+                      f"tokenizer-{i}")))
 
     def start(self) -> None:
         ready = PullQueue(self.addrs.ready)  # bound before any worker can report

@@ -10,7 +10,6 @@ must live in one place.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from minisgl.message import (
@@ -32,8 +31,8 @@ from .tokenize import Tokenizer, load_tokenizer
 logger = init_logger(__name__)
 
 
-def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg, context_len: int) -> UserMsg:
-    """The token ids of one request, and its max_tokens when the client left it open."""
+def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg) -> UserMsg:
+    """The token ids of one request."""
     if msg.messages is not None:
         ids = tokenizer.apply_chat_template(msg.messages)
     elif msg.text is not None:
@@ -42,17 +41,11 @@ def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg, context_len: int) -
         ids = list(msg.input_ids)
     else:
         raise ValueError("a request needs a prompt, token ids or chat messages")
-    params = msg.sampling_params
-    if msg.fit_max_tokens:
-        # At least one token, so a prompt that fills the context still gets the scheduler's
-        # clear "exceeds the context length" error rather than an invalid max_tokens.
-        left = max(1, context_len - len(ids))
-        params = replace(params, max_tokens=min(params.max_tokens, left))
-    return UserMsg(msg.uid, ids, params)
+    return UserMsg(msg.uid, ids, msg.sampling_params, msg.fit_max_tokens)
 
 
-def tokenize_worker(model_dir: str, context_len: int, recv_addr: str, backend_addr: str,
-                    frontend_addr: str, ready_addr: str, name: str = "tokenizer") -> None:
+def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_addr: str,
+                    ready_addr: str, name: str = "tokenizer") -> None:
     """Entry point of a tokenizer process: requests in, token ids out to the scheduler."""
     setup_worker_process()
     ready = PushQueue(ready_addr)
@@ -66,7 +59,7 @@ def tokenize_worker(model_dir: str, context_len: int, recv_addr: str, backend_ad
         for msg in recv.get_all(block=True):
             if isinstance(msg, TokenizeMsg):
                 try:
-                    forward.append(tokenize_request(tokenizer, msg, context_len))
+                    forward.append(tokenize_request(tokenizer, msg))
                 except Exception as e:  # a bad chat (say, roles the template refuses)
                     failed.append(UserReply(msg.uid, finished=True, finish_reason="error",
                                             error=f"cannot tokenize the request: {e}"))
