@@ -8,6 +8,14 @@
 
 from __future__ import annotations
 
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -103,7 +111,6 @@ class HFGreedy:
     def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
         """Greedy tokens after ids, stopping at EOS (which is included) or max_new_tokens."""
         import hashlib
-        import json
 
         key = json.dumps([self._identity, ids, max_new_tokens])
         path = self._memo_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
@@ -127,17 +134,11 @@ def hf_greedy(smollm2_dir) -> HFGreedy:
 class RunningServer:
     """`python -m minisgl` in a subprocess (chapter 14), and small HTTP helpers for tests.
 
-    Only the standard library talks to it here, so this file stays importable in the trees of
-    chapters that have no server yet."""
+    Only the standard library talks to it here (no minisgl import), so this file stays
+    importable in the trees of chapters that have no server yet."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None,
                  startup_timeout: float = 300.0) -> None:
-        import os
-        import socket
-        import subprocess
-        import sys
-        import tempfile
-
         with socket.socket() as s:  # a free port (a tiny race with other programs is fine)
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -153,8 +154,6 @@ class RunningServer:
         return f"http://127.0.0.1:{self.port}"
 
     def _wait_healthy(self, timeout: float) -> None:
-        import time
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -178,9 +177,6 @@ class RunningServer:
     def request(self, method: str, path: str, body: bytes | dict | None = None,
                 timeout: float = 120.0) -> tuple[int, object]:
         """(status, parsed JSON body or raw text)."""
-        import http.client
-        import json
-
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = json.dumps(body).encode() if isinstance(body, dict) else body
@@ -207,8 +203,6 @@ class RunningServer:
         return body  # type: ignore[return-value]
 
     def stop(self) -> int:
-        import subprocess
-
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +101,22 @@ def sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
+def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict[str, Any]]],
+                 first: dict[str, Any] | None = None) -> StreamingResponse:
+    """Server-sent events: `first`, then what `render` makes of each piece, then [DONE]."""
+
+    async def events() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield sse(first)
+        async with aclosing(gen):
+            async for piece in gen:
+                for data in render(piece):
+                    yield sse(data)
+        yield sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
     """The app for one served model; model_names[0] is the name /v1/models reports."""
 
@@ -146,10 +162,9 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
     async def chat_completions(request: Request):
         req = parse_body(ChatCompletionRequest, await request.body())
         model = check_model(req.model)
-        limit = req.max_completion_tokens or req.max_tokens
-        req.max_tokens = limit
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
-        stream = client.submit(params, messages=req.chat(), fit_max_tokens=limit is None)
+        stream = client.submit(params, messages=req.chat(),
+                               fit_max_tokens=req.asked_max_tokens is None)
         gen = await first_and_rest(pieces(stream, req.stop_strings, request))
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": model}
@@ -159,26 +174,23 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
                       "finish_reason": last.finish_reason, "logprobs": None}
             return {**head, "object": "chat.completion", "choices": [choice], "usage": last.usage}
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunk = {**head, "object": "chat.completion.chunk"}
 
-        async def events() -> AsyncIterator[bytes]:
-            chunk = {**head, "object": "chat.completion.chunk"}
-            yield sse({**chunk, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                   "content": ""},
-                                             "finish_reason": None}]})
-            async with aclosing(gen):
-                async for piece in gen:
-                    if piece.text:
-                        delta = {"content": piece.text}
-                        yield sse({**chunk, "choices": [{"index": 0, "delta": delta,
-                                                         "finish_reason": None}]})
-                    if piece.finish_reason is not None:
-                        yield sse({**chunk, "choices": [{"index": 0, "delta": {},
-                                                         "finish_reason": piece.finish_reason}]})
-                        if include_usage:
-                            yield sse({**chunk, "choices": [], "usage": piece.usage})
-            yield sse("[DONE]")
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            out = []
+            if piece.text:
+                out.append({**chunk, "choices": [{"index": 0, "delta": {"content": piece.text},
+                                                  "finish_reason": None}]})
+            if piece.finish_reason is not None:
+                out.append({**chunk, "choices": [{"index": 0, "delta": {},
+                                                  "finish_reason": piece.finish_reason}]})
+                if include_usage:
+                    out.append({**chunk, "choices": [], "usage": piece.usage})
+            return out
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        role = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                      "finish_reason": None}]}
+        return sse_response(gen, render, first=role)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -198,18 +210,16 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
             return {**head, "choices": [choice], "usage": last.usage}
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-        async def events() -> AsyncIterator[bytes]:
-            async with aclosing(gen):
-                async for piece in gen:
-                    if piece.text or piece.finish_reason is not None:
-                        choice = {"index": 0, "text": piece.text, "logprobs": None,
-                                  "finish_reason": piece.finish_reason}
-                        yield sse({**head, "choices": [choice]})
-                    if piece.finish_reason is not None and include_usage:
-                        yield sse({**head, "choices": [], "usage": piece.usage})
-            yield sse("[DONE]")
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            out = []
+            if piece.text or piece.finish_reason is not None:
+                out.append({**head, "choices": [{"index": 0, "text": piece.text, "logprobs": None,
+                                                 "finish_reason": piece.finish_reason}]})
+            if piece.finish_reason is not None and include_usage:
+                out.append({**head, "choices": [], "usage": piece.usage})
+            return out
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return sse_response(gen, render)
 
     @app.post("/generate")
     async def generate(request: Request):
@@ -226,15 +236,9 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
             return {"text": text, "token_ids": token_ids, "finish_reason": last.finish_reason,
                     "usage": last.usage}
 
-        async def events() -> AsyncIterator[bytes]:
-            async with aclosing(gen):
-                async for piece in gen:
-                    yield sse({"text": piece.text, "token_ids": piece.token_ids,
-                               "finish_reason": piece.finish_reason,
-                               "usage": piece.usage or None})
-            yield sse("[DONE]")
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return sse_response(gen, lambda piece: [{
+            "text": piece.text, "token_ids": piece.token_ids,
+            "finish_reason": piece.finish_reason, "usage": piece.usage or None}])
 
     return app
 

@@ -91,10 +91,6 @@ class FrontendClient:
         finally:
             self._forget(uid)
 
-    @property
-    def open_requests(self) -> int:
-        return len(self._queues)
-
     def _send(self, uid: int, msg: Any) -> None:
         self._senders[uid % len(self._senders)].put([msg])
 

@@ -213,15 +213,7 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    code = 0
-
-    def go() -> None:
-        nonlocal code
-        args, run_shell = parse_args(argv)
-        code = launch(args, run_shell)
-
-    run_main(go)
-    return code
+    return run_main(lambda: launch(*parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -46,10 +46,15 @@ class _Sampling(_Body):
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
 
+    @property
+    def asked_max_tokens(self) -> int | None:
+        """The client's limit on new tokens, None when it gave none."""
+        return self.max_tokens
+
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         try:
             return SamplingParams(self.temperature, self.top_k, self.top_p, self.ignore_eos,
-                                  self.max_tokens or default_max_tokens)
+                                  self.asked_max_tokens or default_max_tokens)
         except ValueError as e:
             raise ApiError(400, str(e)) from None
 
@@ -77,6 +82,10 @@ class ChatMessage(_Body):
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, gt=0)  # the newer name of max_tokens
+
+    @property
+    def asked_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
     def chat(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.text} for m in self.messages]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class MinisglError(Exception):
@@ -14,11 +17,12 @@ class MinisglError(Exception):
     """
 
 
-def run_main(main: Callable[[], object]) -> None:
-    """Run a command-line entry point: a MinisglError becomes one line on stderr and exit code 1,
-    because its message already says what went wrong (a traceback would only bury it)."""
+def run_main(main: Callable[[], T]) -> T:
+    """Run a command-line entry point and return what it returns: a MinisglError becomes one line
+    on stderr and exit code 1, because its message already says what went wrong (a traceback
+    would only bury it)."""
     try:
-        main()
+        return main()
     except MinisglError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
