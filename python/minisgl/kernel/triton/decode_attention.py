@@ -1,0 +1,221 @@
+"""Paged decode attention: one new query token per request, the whole batch in one launch.
+
+Every request reads its K/V through its page table row (`page_table[table_idx[b], pos]` is the
+pool slot of position `pos`), so any page size works. Two ideas make it fast:
+
+- Grouped-query attention: the G = H / H_kv query heads that share a KV head are one program's
+  [G, D] query tile, so each K/V block is loaded once for all of them and `tl.dot` does the math.
+  `tl.dot` wants at least 16 rows, so the tile is padded up to 16 (the extra rows are never stored).
+- Flash-decoding (split-K): with few requests there are too few (request, KV head) programs to
+  fill the GPU, so each request's sequence is cut into `num_splits` pieces handled by separate
+  programs. Stage 1 writes each piece's normalised output and log-sum-exp into a workspace;
+  stage 2 merges the pieces with the softmax weights exp(lse_s - max lse).
+
+The launch never looks at the lengths on the host: the grid depends only on the batch size and
+`num_splits`, and a split past the end of its request returns at once. Chapter 15 captures this
+in a CUDA graph and replays it while the lengths change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import MIN_DOT_ROWS, dot_precision
+
+BLOCK_N = 64  # keys per loop step
+MAX_SPLITS = 32
+
+
+@dataclass
+class DecodeWorkspace:
+    """Scratch for stage 1's partial results, allocated once for the largest batch so that a
+    CUDA graph can keep pointing at it."""
+
+    partial_out: torch.Tensor  # [max_batch, num_qo_heads, max_splits, head_dim] fp32
+    partial_lse: torch.Tensor  # [max_batch, num_qo_heads, max_splits] fp32
+
+    @classmethod
+    def allocate(cls, max_batch: int, num_qo_heads: int, head_dim: int,
+                 device: torch.device | str, max_splits: int = MAX_SPLITS) -> DecodeWorkspace:
+        out = torch.empty(max_batch, num_qo_heads, max_splits, head_dim, dtype=torch.float32,
+                          device=device)
+        lse = torch.empty(max_batch, num_qo_heads, max_splits, dtype=torch.float32, device=device)
+        return cls(out, lse)
+
+    @property
+    def max_splits(self) -> int:
+        return self.partial_lse.shape[2]
+
+
+def choose_num_splits(batch_size: int, num_kv_heads: int, max_seq_len: int,
+                      device: torch.device) -> int:
+    """How many pieces to cut each sequence into, from host-known sizes only (never the lengths).
+
+    On a GPU: enough (request, KV head, split) programs to give every SM two, but no more splits
+    than the longest possible sequence (`max_seq_len`, the page table's width) has key blocks.
+    Under the CPU interpreter programs run one after another, so splitting only adds work."""
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    wanted = math.ceil(2 * sms / (batch_size * num_kv_heads))
+    return max(1, min(wanted, MAX_SPLITS, triton.cdiv(max_seq_len, BLOCK_N)))
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, table_idx_ptr, kv_lens_ptr,
+    partial_out_ptr, partial_lse_ptr,
+    sm_scale,
+    stride_qb, stride_qh,
+    stride_ks, stride_kh,
+    stride_vs, stride_vh,
+    stride_pt,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    """Stage 1. Program (b, kv_head, split): the GROUP query heads of this KV head against keys
+    [split_start, split_end) of request b, with an online softmax in fp32."""
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    kv_len = tl.load(kv_lens_ptr + b)
+    # Splits cover whole key blocks: ceil(kv_len / NUM_SPLITS) rounded up to BLOCK_N. Stage 2
+    # recomputes the same ranges, so an empty split (short request) needs to write nothing.
+    split_len = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * split_len
+    end = tl.minimum(start + split_len, kv_len)
+    if start >= end:
+        return
+
+    groups = tl.arange(0, GROUP_PAD)
+    dims = tl.arange(0, BLOCK_D)
+    heads = kv_head * GROUP + groups
+    q_mask = (groups[:, None] < GROUP) & (dims[None, :] < HEAD_DIM)
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + dims[None, :], mask=q_mask,
+                other=0.0)
+
+    row = tl.load(table_idx_ptr + b).to(tl.int64)
+    # A finite start for the running max: a row whose keys are all masked then keeps weight 0
+    # instead of computing exp(-inf - (-inf)) = NaN.
+    m_i = tl.full([GROUP_PAD], -1.0e30, dtype=tl.float32)
+    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    acc = tl.zeros([GROUP_PAD, BLOCK_D], dtype=tl.float32)
+    for block_start in range(start, end, BLOCK_N):
+        pos = block_start + tl.arange(0, BLOCK_N)
+        valid = pos < end
+        slots = tl.load(page_table_ptr + row * stride_pt + pos, mask=valid, other=0).to(tl.int64)
+        kv_mask = valid[:, None] & (dims[None, :] < HEAD_DIM)
+        k = tl.load(k_cache_ptr + slots[:, None] * stride_ks + kv_head * stride_kh + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + slots[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
+                    mask=kv_mask, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        alpha = tl.exp(m_i - m_new)  # rescales what was summed under the old max
+        p = tl.exp(scores - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    out_offsets = b * stride_ob + heads[:, None] * stride_oh + split * stride_os + dims[None, :]
+    tl.store(partial_out_ptr + out_offsets, out, mask=q_mask)
+    lse_offsets = b * stride_lb + heads * stride_lh + split
+    tl.store(partial_lse_ptr + lse_offsets, m_i + tl.log(l_i), mask=groups < GROUP)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    partial_out_ptr, partial_lse_ptr, kv_lens_ptr, out_ptr,
+    stride_ob, stride_oh, stride_os,
+    stride_lb, stride_lh,
+    stride_outb, stride_outh,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):
+    """Stage 2. Program (b, head): out = sum_s w_s * out_s / sum_s w_s, w_s = exp(lse_s - max)."""
+    b = tl.program_id(0)
+    head = tl.program_id(1)
+
+    kv_len = tl.load(kv_lens_ptr + b)
+    split_len = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    splits = tl.arange(0, SPLITS_PAD)
+    written = (splits < NUM_SPLITS) & (splits * split_len < kv_len)  # the non-empty splits
+    dims = tl.arange(0, BLOCK_D)
+
+    lse = tl.load(partial_lse_ptr + b * stride_lb + head * stride_lh + splits, mask=written,
+                  other=float("-inf"))
+    weights = tl.exp(lse - tl.max(lse, axis=0))
+    weights = tl.where(written, weights, 0.0)
+    parts = tl.load(partial_out_ptr + b * stride_ob + head * stride_oh
+                    + splits[:, None] * stride_os + dims[None, :],
+                    mask=written[:, None] & (dims[None, :] < HEAD_DIM), other=0.0)
+    # A request of length 0 (a padding row of a captured batch) has no split: write zeros.
+    total = tl.maximum(tl.sum(weights, axis=0), 1.0e-30)
+    out = tl.sum(parts * weights[:, None], axis=0) / total
+    tl.store(out_ptr + b * stride_outb + head * stride_outh + dims,
+             out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     page_table: torch.Tensor, table_idx: torch.Tensor, kv_lens: torch.Tensor,
+                     *, num_splits: int | None = None, workspace: DecodeWorkspace | None = None,
+                     out: torch.Tensor | None = None, sm_scale: float | None = None
+                     ) -> torch.Tensor:
+    """Attention of one new token per request over its whole paged sequence.
+
+    q: [B, H, D]; k_cache, v_cache: [slots, H_kv, D] (this step's K/V already stored);
+    page_table: [rows, max_seq_len] int32; table_idx, kv_lens: [B] int32 on the device.
+    Returns out [B, H, D] (written into `out` when given). Pass a preallocated `workspace` and a
+    fixed `num_splits` to launch without allocating, e.g. inside a CUDA graph."""
+    batch, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[1]
+    group = num_heads // num_kv_heads
+    if num_splits is None:
+        num_splits = choose_num_splits(batch, num_kv_heads, page_table.shape[1], q.device)
+    if workspace is None:
+        workspace = DecodeWorkspace.allocate(batch, num_heads, head_dim, q.device, num_splits)
+    if num_splits > workspace.max_splits or batch > workspace.partial_lse.shape[0]:
+        raise ValueError(f"workspace holds {workspace.partial_lse.shape[0]} requests x "
+                         f"{workspace.max_splits} splits; asked {batch} x {num_splits}")
+    if out is None:
+        out = torch.empty_like(q)
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim)
+    for t in (q, k_cache, v_cache, out):
+        assert t.stride(-1) == 1, "the head_dim axis must be contiguous"
+    block_d = triton.next_power_of_2(head_dim)
+    partial_out, partial_lse = workspace.partial_out, workspace.partial_lse
+
+    _decode_split_kernel[(batch, num_kv_heads, num_splits)](
+        q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse,
+        sm_scale,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1),
+        v_cache.stride(0), v_cache.stride(1),
+        page_table.stride(0),
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N, NUM_SPLITS=num_splits,
+        DOT_PRECISION=dot_precision(q.dtype),
+    )
+    _decode_merge_kernel[(batch, num_heads)](
+        partial_out, partial_lse, kv_lens, out,
+        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
+        partial_lse.stride(0), partial_lse.stride(1),
+        out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
+        NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+    )
+    return out
