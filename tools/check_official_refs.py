@@ -14,10 +14,12 @@ script reads it from there, so the page and the check can never disagree. A sect
 
 The intro line's backticked folder (if any) is the base of every path in the section. Each bullet
 names a file as "`path` ·"; every "第 A–B 行" / "第 A、B–C 行" / "从第 A 行起" after it refers to that
-file. A backticked name written right before a range ("`X` 第 …", "`X` 在第 …") must lie inside
-it: a dotted name `A.b` is `b` defined inside `class A`; a plain identifier is its `def`/`class`
-if the file defines it, else an assignment, else any occurrence; anything else (`num_pages + 1`)
-must appear literally in the cited lines. Other backticked paths in a bullet must exist.
+file. A backticked name written right before a range must lie inside it, in one of two senses:
+"`X` 第 A–B 行" cites where X is defined (a dotted `A.b` is `b` inside `class A`; a plain name is
+its `def`/`class` if the file has one, else an assignment, else any occurrence), while
+"`X` 在第 A 行" cites a place X is used (any occurrence). Code that is not a name
+(`num_pages + 1`) must appear literally in the cited lines. Other backticked paths in a bullet
+must exist.
 
 Usage: python tools/check_official_refs.py [--repo PATH] [--docs DIR]
 Exit status 1, with one "page:line: problem" per bad reference, when anything fails to parse or
@@ -43,7 +45,7 @@ PIN = re.compile(r"提交 (?P<short>[0-9a-f]{7})（完整哈希 (?P<full>[0-9a-f
 INLINE_COMMIT = re.compile(r"（[0-9a-f]{7,40}）")
 RANGE_SPEC = r"\d+(?:–\d+)?(?:、\d+(?:–\d+)?)*"
 RANGE = re.compile(
-    r"(?:`(?P<symbol>[^`]+)`\s*(?:在)?)?"
+    r"(?:`(?P<symbol>[^`]+)`\s*(?P<used>在)?)?"
     rf"(?:第 (?P<spec>{RANGE_SPEC}) 行|从第 (?P<start>\d+) 行起)"
 )
 # Anything that looks like a line citation; each must be covered by a RANGE match.
@@ -66,13 +68,15 @@ class Problem:
 
 @dataclass(frozen=True)
 class Reference:
-    """One "第 … 行" citation: a file, its line ranges (end None: to the end), maybe a symbol."""
+    """One "第 … 行" citation: a file, its line ranges (end None: to the end), maybe a symbol
+    that is defined there (used=False) or merely appears there (used=True)."""
 
     page: str
     line: int
     path: str
     ranges: tuple[tuple[int, int | None], ...]
     symbol: str | None
+    used: bool = False
 
 
 @dataclass
@@ -125,7 +129,8 @@ def parse_bullet(page: str, number: int, text: str, base: str, parsed: ParsedDoc
             if first < 1 or (last is not None and last < first):
                 parsed.problems.append(Problem(page, number, f"bad line range '{match[0]}'"))
         path = head_paths[max(owners)]
-        parsed.references.append(Reference(page, number, path, ranges, match["symbol"]))
+        used = match["used"] is not None
+        parsed.references.append(Reference(page, number, path, ranges, match["symbol"], used))
     for loose in LOOSE_RANGE.finditer(text):
         if not any(start <= loose.start() < end for start, end in covered):
             message = f"cannot parse '{loose[0]}' (write 第 A–B 行, 第 A、B 行 or 从第 A 行起)"
@@ -233,9 +238,11 @@ def name_lines(lines: tuple[str, ...], name: str, first: int, last: int) -> list
     return []
 
 
-def symbol_lines(lines: tuple[str, ...], symbol: str) -> list[int]:
+def symbol_lines(lines: tuple[str, ...], symbol: str, used: bool = False) -> list[int]:
     """Candidate 1-based lines for `symbol`; empty when the file has no such thing."""
-    if IDENTIFIER.fullmatch(symbol):
+    if used and re.fullmatch(r"[A-Za-z_]\w*", symbol):
+        return [n for n in range(1, len(lines) + 1) if re.search(rf"\b{symbol}\b", lines[n - 1])]
+    if IDENTIFIER.fullmatch(symbol) and not used:
         *outer, name = symbol.split(".")
         first, last = 1, len(lines)
         for part in outer:
@@ -269,10 +276,10 @@ def check_reference(ref: Reference, checkout: Checkout) -> list[str]:
         if literal_in_ranges(lines, ref.symbol, ranges):
             return []
     else:
-        candidates = symbol_lines(lines, ref.symbol)
+        candidates = symbol_lines(lines, ref.symbol, ref.used)
         if any(first <= n <= last for n in candidates for first, last in ranges):
             return []
-    where = symbol_lines(lines, ref.symbol)
+    where = symbol_lines(lines, ref.symbol, ref.used)
     cited = "、".join(f"{a}–{b}" for a, b in ranges)
     if not where:
         return [f"`{ref.symbol}` is not in {ref.path}"]
