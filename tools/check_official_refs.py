@@ -262,14 +262,18 @@ def literal_in_ranges(lines: tuple[str, ...], text: str, ranges) -> bool:
     return False
 
 
+def cited(ranges) -> str:
+    return "第 " + "、".join(str(a) if a == b else f"{a}–{b}" for a, b in ranges) + " 行"
+
+
 def check_reference(ref: Reference, checkout: Checkout) -> list[str]:
     if ref.path not in checkout.files:
         return [f"{ref.path} does not exist at the pinned commit"]
     lines = checkout.lines(ref.path)
     ranges = [(first, len(lines) if last is None else last) for first, last in ref.ranges]
-    bad = [f"{a}–{b}" for a, b in ranges if b > len(lines) or a > len(lines)]
+    bad = [(a, b) for a, b in ranges if b > len(lines) or a > len(lines)]
     if bad:
-        return [f"{ref.path} has {len(lines)} lines; 第 {'、'.join(bad)} 行 is outside it"]
+        return [f"{ref.path} has {len(lines)} lines; {cited(bad)} is outside it"]
     if ref.symbol is None:
         return []
     if not IDENTIFIER.fullmatch(ref.symbol):
@@ -280,11 +284,10 @@ def check_reference(ref: Reference, checkout: Checkout) -> list[str]:
         if any(first <= n <= last for n in candidates for first, last in ranges):
             return []
     where = symbol_lines(lines, ref.symbol, ref.used)
-    cited = "、".join(f"{a}–{b}" for a, b in ranges)
     if not where:
         return [f"`{ref.symbol}` is not in {ref.path}"]
     found = ", ".join(map(str, where[:5]))
-    return [f"`{ref.symbol}` is at line {found} of {ref.path}, not in 第 {cited} 行"]
+    return [f"`{ref.symbol}` is at line {found} of {ref.path}, not in {cited(ranges)}"]
 
 
 def check(docs: Path, repo: Path) -> tuple[list[Problem], str]:
