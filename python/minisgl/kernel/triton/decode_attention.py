@@ -155,8 +155,8 @@ def _decode_merge_kernel(
 
     lse = tl.load(partial_lse_ptr + b * stride_lb + head * stride_lh + splits, mask=written,
                   other=float("-inf"))
-    weights = tl.exp(lse - tl.max(lse, axis=0))
-    weights = tl.where(written, weights, 0.0)
+    # The floor keeps a request with no split (all lse -inf) at weight 0 instead of NaN.
+    weights = tl.exp(lse - tl.maximum(tl.max(lse, axis=0), -1.0e30))
     parts = tl.load(partial_out_ptr + b * stride_ob + head * stride_oh
                     + splits[:, None] * stride_os + dims[None, :],
                     mask=written[:, None] & (dims[None, :] < HEAD_DIM), other=0.0)
