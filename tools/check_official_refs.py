@@ -223,11 +223,12 @@ def block_end(lines: tuple[str, ...], header: int) -> int:
 
 
 def name_lines(lines: tuple[str, ...], name: str, first: int, last: int) -> list[int]:
-    """Where `name` lives in lines first..last: its def/class, else assignments, else any use."""
+    """Where `name` lives in lines first..last: its def/class, else assignments or annotated
+    fields, else any use."""
     escaped = re.escape(name)
     kinds = [
         rf"^\s*(?:async\s+def|def|class|struct)\s+{escaped}\b",
-        rf"^\s*(?:self\.)?{escaped}\s*(?::[^=]*)?=(?!=)",
+        rf"^\s*(?:self\.)?{escaped}\s*(?::|=(?!=))",  # an assignment or a dataclass field
         rf"\b{escaped}\b",
     ]
     for kind in kinds:
