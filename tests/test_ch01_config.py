@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoConfig, GenerationConfig, LlamaConfig, Qwen2Config, Qwen3Config
 
 from minisgl.env import load_env
 from minisgl.models.config import ModelConfig
@@ -62,6 +62,19 @@ def test_model_config_from_hf_configs(hf_config, arch):
     assert cfg.head_dim == (raw.get("head_dim") or 256 // 8)
     assert cfg.attention_bias == (arch == "Qwen2ForCausalLM")
     assert cfg.use_qk_norm == (arch == "Qwen3ForCausalLM")
+
+
+@pytest.mark.parametrize("generation_eos", [None, 5, [9, 5]])
+def test_eos_ids_are_those_hf_generate_stops_on(tmp_path, generation_eos):
+    LlamaConfig(architectures=["LlamaForCausalLM"], eos_token_id=5).save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").unlink(missing_ok=True)
+    if generation_eos is None:  # HF generate then falls back to config.json's id
+        hf = GenerationConfig.from_model_config(AutoConfig.from_pretrained(tmp_path))
+    else:
+        GenerationConfig(eos_token_id=generation_eos).save_pretrained(tmp_path)
+        hf = GenerationConfig.from_pretrained(tmp_path)
+    expected = hf.eos_token_id if isinstance(hf.eos_token_id, list) else [hf.eos_token_id]
+    assert ModelConfig.from_path(tmp_path).eos_token_ids == tuple(expected)
 
 
 def test_model_config_errors_name_the_cause(tmp_path):

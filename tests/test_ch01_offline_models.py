@@ -244,7 +244,8 @@ def test_qwen3_config_facts(qwen3_dir):
     assert (
         cfg.rope_theta == 1e6 and cfg.rms_norm_eps == 1e-6 and cfg.max_position_embeddings == 40960
     )
-    assert (cfg.bos_token_id, cfg.eos_token_ids, cfg.torch_dtype) == (151643, (151645,), "bfloat16")
+    assert (cfg.bos_token_id, cfg.torch_dtype) == (151643, "bfloat16")
+    assert cfg.eos_token_ids == (151645, 151643)  # generation_config.json's, then config.json's
     raw = json.loads((qwen3_dir / "config.json").read_text())
     assert raw["use_sliding_window"] is False and raw["hidden_act"] == "silu"
     gen = json.loads((qwen3_dir / "generation_config.json").read_text())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minisgl.attention import TorchNativeBackend
-from minisgl.core import Batch, Context, Req, SamplingParams, set_global_ctx
+from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
 NQ, NKV, D = 6, 2, 16
@@ -27,10 +27,8 @@ def setup():
     pool = MHAKVCache(KVPoolConfig(num_layers=2, num_kv_heads=NKV, head_dim=D, num_pages=64,
                                    page_size=1, dtype=torch.float32, device=torch.device("cpu")))
     page_table = torch.zeros(4, 64, dtype=torch.int32)
-    backend = TorchNativeBackend(NQ, NKV)
-    set_global_ctx(Context(page_table=page_table, kv_cache=pool, attn_backend=backend))
-    yield pool, page_table, backend
-    set_global_ctx(None)
+    backend = TorchNativeBackend(pool, page_table, NQ, NKV)
+    return pool, page_table, backend
 
 
 CASES = {

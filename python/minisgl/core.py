@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+# >>> ch06
+if TYPE_CHECKING:  # the backend's module imports this one
+    from minisgl.attention.base import BaseAttnBackend
+# <<< ch06
 
 
 @dataclass
@@ -103,14 +109,13 @@ class Batch:
 
 @dataclass
 class Context:
-    """What a layer deep inside the model needs to know about the current forward pass.
+    """What a layer deep inside the model needs during a forward pass: the batch and the backend.
 
-    Set once by the engine; the batch is only present inside `forward_batch`.
+    `model.forward` takes only token ids and positions, so the attention layers find the current
+    batch here. Set by the engine; the batch is only present inside `forward_batch`.
     """
 
-    page_table: torch.Tensor  # [max_running_reqs, max_seq_len] int32: position -> pool slot
-    kv_cache: object  # kvcache.MHAKVCache
-    attn_backend: object  # attention.BaseAttnBackend
+    attn_backend: BaseAttnBackend
     batch: Batch | None = None
 
     @contextmanager
@@ -124,6 +129,8 @@ class Context:
             self.batch = None
 
 
+# The engine's one global: only the attention layers read it, to find the current batch. Everything
+# else (the backend's KV pool and page table included) is handed over when it is built.
 _GLOBAL_CTX: Context | None = None
 
 

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import torch
+
+from minisgl.kvcache.mha_pool import MHAKVCache
+
 from .base import BaseAttnBackend
 from .torch_native import TorchNativeBackend
 
 BACKENDS = {"torch": TorchNativeBackend}
 
 
-def create_attn_backend(name: str, num_qo_heads: int, num_kv_heads: int) -> BaseAttnBackend:
+def create_attn_backend(name: str, kv_cache: MHAKVCache, page_table: torch.Tensor,
+                        num_qo_heads: int, num_kv_heads: int) -> BaseAttnBackend:
+    """The backend called `name`, or for "auto" the best one for the pool's device.
+
+    "auto" is torch everywhere for now; the Triton backend (chapter 20) will take CUDA.
+    """
+    if name == "auto":
+        name = "torch"
     if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r} (available: {', '.join(BACKENDS)})")
-    return BACKENDS[name](num_qo_heads, num_kv_heads)
+        raise ValueError(f"unknown attention backend {name!r} "
+                         f"(available: auto, {', '.join(BACKENDS)})")
+    return BACKENDS[name](kv_cache, page_table, num_qo_heads, num_kv_heads)
 
 
 __all__ = ["BACKENDS", "BaseAttnBackend", "TorchNativeBackend", "create_attn_backend"]

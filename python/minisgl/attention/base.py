@@ -1,9 +1,11 @@
 """The interface every attention backend implements.
 
-A backend owns two steps: `prepare_metadata` turns the scheduler's view of a batch (requests,
-cached lengths, page table rows) into whatever index tensors its kernels want, once per batch;
-`forward` is called by every layer with that layer's q, k, v and must store the new k, v into the
-KV pool before attending over each request's whole sequence.
+A backend is built once per engine and handed what it reads and writes: the KV pool and the page
+table (`page_table[row, position]` = the pool slot of that token), plus the head counts. It owns
+two steps: `prepare_metadata` turns the scheduler's view of a batch (requests, cached lengths,
+page table rows) into whatever index tensors its kernels want, once per batch; `forward` is called
+by every layer with that layer's q, k, v and must store the new k, v into the KV pool before
+attending over each request's whole sequence.
 """
 
 from __future__ import annotations
@@ -13,9 +15,20 @@ from abc import ABC, abstractmethod
 import torch
 
 from minisgl.core import Batch
+from minisgl.kvcache.mha_pool import MHAKVCache
 
 
 class BaseAttnBackend(ABC):
+    def __init__(self, kv_cache: MHAKVCache, page_table: torch.Tensor, num_qo_heads: int,
+                 num_kv_heads: int) -> None:
+        if num_qo_heads % num_kv_heads != 0:
+            raise ValueError(f"{num_qo_heads} query heads cannot share {num_kv_heads} KV heads "
+                             "evenly")
+        self.kv_cache = kv_cache
+        self.page_table = page_table  # [max_running_reqs, max_seq_len] int32
+        self.num_qo_heads = num_qo_heads
+        self.num_kv_heads = num_kv_heads
+
     @abstractmethod
     def prepare_metadata(self, batch: Batch) -> None:
         """Attach backend-specific metadata to batch.attn_metadata."""

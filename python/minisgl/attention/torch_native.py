@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from minisgl.core import Batch, get_global_ctx
+from minisgl.core import Batch
+from minisgl.kvcache.mha_pool import MHAKVCache
 
 from .base import BaseAttnBackend
 
@@ -45,17 +46,18 @@ MAX_PADDING = 1.25  # a decode group's longest request is at most this times its
 
 
 class TorchNativeBackend(BaseAttnBackend):
-    def __init__(self, num_qo_heads: int, num_kv_heads: int) -> None:
-        self.groups = num_qo_heads // num_kv_heads
+    def __init__(self, kv_cache: MHAKVCache, page_table: torch.Tensor, num_qo_heads: int,
+                 num_kv_heads: int) -> None:
+        super().__init__(kv_cache, page_table, num_qo_heads, num_kv_heads)
+        self.groups = num_qo_heads // num_kv_heads  # query heads per KV head
 
     def prepare_metadata(self, batch: Batch) -> None:
-        page_table = get_global_ctx().page_table
         q_lens = [r.extend_len for r in batch.reqs]
         kv_lens = [r.seq_len for r in batch.reqs]
-        slots = [page_table[r.table_idx, :n].long() for r, n in zip(batch.reqs, kv_lens)]
+        slots = [self.page_table[r.table_idx, :n].long() for r, n in zip(batch.reqs, kv_lens)]
         meta = TorchAttnMetadata(q_lens, kv_lens, slots, [])
         if not batch.is_prefill:
-            meta.decode_groups = self._decode_groups(meta, page_table.device)
+            meta.decode_groups = self._decode_groups(meta, self.page_table.device)
         batch.attn_metadata = meta
 
     def _decode_groups(self, meta: TorchAttnMetadata, device: torch.device
@@ -78,16 +80,15 @@ class TorchNativeBackend(BaseAttnBackend):
             padded[j, : meta.kv_lens[i]] = meta.kv_slots[i]
         lens = torch.tensor([meta.kv_lens[i] for i in rows], device=device)
         mask = (torch.arange(longest, device=device) < lens[:, None])[:, None, None]
-        k_cache = get_global_ctx().kv_cache.k_cache(0)
+        k_cache = self.kv_cache.k_cache(0)
         buffer = torch.empty(2, padded.numel(), k_cache[0].numel(), dtype=k_cache.dtype,
                              device=device)
         return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
-        kv_cache = get_global_ctx().kv_cache
-        kv_cache.store_kv(k, v, batch.out_loc, layer_id)
-        k_cache, v_cache = kv_cache.k_cache(layer_id), kv_cache.v_cache(layer_id)
+        self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
+        k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
         meta: TorchAttnMetadata = batch.attn_metadata
         if not batch.is_prefill:
             return self._decode(q, k_cache, v_cache, meta)

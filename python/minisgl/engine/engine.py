@@ -27,7 +27,7 @@ class Engine:
         self.device = torch.device(config.device)
         self.model_config = ModelConfig.from_path(config.model_path)
         self.model = load_model(config.model_path, dtype=config.dtype, device=self.device,
-                                dummy_weight=config.dummy_weight)
+                                dummy_weight=config.dummy_weight, config=self.model_config)
         mc = self.model_config
         self.page_size = config.page_size
         self.num_pages = config.num_pages or self._pages_that_fit()
@@ -40,10 +40,9 @@ class Engine:
         # page_table[row, position] = KV pool slot of that token (one row per running request)
         self.page_table = torch.zeros(config.max_running_reqs, self.max_seq_len,
                                       dtype=torch.int32, device=self.device)
-        self.attn_backend = create_attn_backend(config.attention_backend, mc.num_qo_heads,
-                                                mc.num_kv_heads)
-        self.ctx = Context(page_table=self.page_table, kv_cache=self.kv_cache,
-                           attn_backend=self.attn_backend)
+        self.attn_backend = create_attn_backend(config.attention_backend, self.kv_cache,
+                                                self.page_table, mc.num_qo_heads, mc.num_kv_heads)
+        self.ctx = Context(attn_backend=self.attn_backend)
         set_global_ctx(self.ctx)
         self.sampler = Sampler(self.device, seed=config.seed)
         logger.info("engine ready: %s, %d KV pages x %d tokens (%.1f MiB)", mc.architecture,
@@ -68,7 +67,7 @@ class Engine:
     @torch.inference_mode()
     def forward_batch(self, batch: Batch) -> torch.Tensor:
         """Run the model on the batch's new tokens; sample one token per request ([B], int64)."""
-        set_global_ctx(self.ctx)  # the backend and layers find this engine's pool through it
+        set_global_ctx(self.ctx)  # the attention layers find this engine's batch through it
         self.attn_backend.prepare_metadata(batch)
         last = torch.tensor([r.extend_len for r in batch.reqs], device=self.device).cumsum(0) - 1
         with self.ctx.forward_batch(batch):

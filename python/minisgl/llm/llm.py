@@ -42,7 +42,7 @@ class LLM:
         self.tokenizer = load_tokenizer(path)
         config = SchedulerConfig(model_path=str(path), dtype=resolve_dtype(dtype, device),
                                  device=device, **kwargs)
-        self.scheduler = Scheduler(config, eos_token_ids=self.tokenizer.eos_token_ids)
+        self.scheduler = Scheduler(config)  # EOS ids from the model's config (ModelConfig)
 
     def generate(self, prompts: list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,

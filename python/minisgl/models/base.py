@@ -27,6 +27,7 @@ from minisgl.layers import (
     VocabParallelEmbedding,
     silu_and_mul,
 )
+from minisgl.utils.registry import Registry
 
 from .config import ModelConfig
 
@@ -114,3 +115,8 @@ class CausalLM(BaseOP):
         if output_indices is not None:
             hidden = hidden[output_indices]
         return self.lm_head.forward(hidden).float()
+
+
+# config.json's `architectures[0]` -> the CausalLM subclass that builds it. It lives here, below the
+# architecture files, so that they can register themselves and register.py can import them all.
+MODELS: Registry[type[CausalLM]] = Registry("model architecture")

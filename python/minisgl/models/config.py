@@ -47,15 +47,14 @@ class ModelConfig:
     torch_dtype: str = "float32"
 
     @staticmethod
-    def from_dict(raw: dict[str, Any]) -> ModelConfig:
+    def from_dict(raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
+        """raw: config.json; generation: generation_config.json, where the folder has one."""
         archs = raw.get("architectures") or []
         if not archs:
             raise MinisglError("config.json has no 'architectures' entry; cannot tell which model it is")
         try:
             heads = int(raw["num_attention_heads"])
             hidden = int(raw["hidden_size"])
-            eos = raw.get("eos_token_id")
-            eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
             return ModelConfig(
                 architecture=archs[0],
                 vocab_size=int(raw["vocab_size"]),
@@ -74,7 +73,7 @@ class ModelConfig:
                 use_qk_norm=archs[0] in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM"),
                 rope_scaling=_rope_scaling(raw),
                 bos_token_id=raw.get("bos_token_id"),
-                eos_token_ids=eos_ids,
+                eos_token_ids=_eos_token_ids(raw, generation or {}),
                 torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
             )
         except KeyError as missing:
@@ -82,14 +81,37 @@ class ModelConfig:
 
     @staticmethod
     def from_path(model_dir: str | Path) -> ModelConfig:
-        path = Path(model_dir) / "config.json"
-        if not path.is_file():
+        """The config of a model folder; the one place that reads its config.json."""
+        folder = Path(model_dir)
+        if not (folder / "config.json").is_file():
             raise MinisglError(f"{model_dir} has no config.json; is it a Hugging Face model folder?")
-        try:
-            raw = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise MinisglError(f"{path} is not valid JSON: {e}") from None
-        return ModelConfig.from_dict(raw)
+        generation = folder / "generation_config.json"
+        return ModelConfig.from_dict(_read_json(folder / "config.json"),
+                                     _read_json(generation) if generation.is_file() else None)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise MinisglError(f"{path} is not valid JSON: {e}") from None
+
+
+def _eos_token_ids(raw: dict[str, Any], generation: dict[str, Any]) -> tuple[int, ...]:
+    """Every id that ends a generation: generation_config.json's, then config.json's.
+
+    Qwen3's config.json names only <|im_end|> (end of a chat turn); its generation_config.json
+    adds <|endoftext|> (end of a document). Each may be one id or a list; the order is kept and
+    duplicates are dropped.
+    """
+    ids = [*_as_list(generation.get("eos_token_id")), *_as_list(raw.get("eos_token_id"))]
+    return tuple(dict.fromkeys(ids))
+
+
+def _as_list(value: int | list[int] | None) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
 def _rope_params(raw: dict[str, Any]) -> dict[str, Any]:

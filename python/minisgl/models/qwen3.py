@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from .base import CausalLM
-from .register import MODELS
+from .base import MODELS, CausalLM
 
 
 @MODELS.register("Qwen3ForCausalLM")

@@ -5,23 +5,20 @@ from __future__ import annotations
 import torch
 
 from minisgl.utils.misc import MinisglError
-from minisgl.utils.registry import Registry
 
+from . import llama, qwen2, qwen3  # noqa: F401  (importing them registers them in MODELS)
+from .base import MODELS, CausalLM
 from .config import ModelConfig
 
-MODELS: Registry[type] = Registry("model architecture")
 
-
-def get_model_class(architecture: str) -> type:
-    from . import llama, qwen2, qwen3  # noqa: F401  (importing them registers them)
-
+def get_model_class(architecture: str) -> type[CausalLM]:
     try:
         return MODELS.get(architecture)
     except KeyError as e:
         raise MinisglError(e.args[0]) from None
 
 
-def create_model(config: ModelConfig, dtype: torch.dtype, device: torch.device | str):
+def create_model(config: ModelConfig, dtype: torch.dtype, device: torch.device | str) -> CausalLM:
     """Build the model with uninitialised weights of the given dtype directly on the device."""
     cls = get_model_class(config.architecture)
     previous = torch.get_default_dtype()

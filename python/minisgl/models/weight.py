@@ -94,9 +94,11 @@ def init_dummy_weights(model: CausalLM, seed: int = 0) -> None:
 
 
 def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32,
-               device: torch.device | str = "cpu", dummy_weight: bool = False) -> CausalLM:
+               device: torch.device | str = "cpu", dummy_weight: bool = False,
+               config: ModelConfig | None = None) -> CausalLM:
+    """The folder's model with its weights; pass `config` when the caller has already read it."""
     model_dir = Path(model_dir)
-    config = ModelConfig.from_path(model_dir)
+    config = config or ModelConfig.from_path(model_dir)
     model = create_model(config, dtype, device)
     if dummy_weight:
         init_dummy_weights(model)

@@ -26,7 +26,6 @@ from pathlib import Path
 
 from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
-from minisgl.tokenizer import load_tokenizer
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.misc import MinisglError, run_main
@@ -74,11 +73,11 @@ class Workers:
         self.addrs = addrs
         self.stopping = False
         self.died: str | None = None  # the worker whose death brought the server down
-        tokenizer = load_tokenizer(args.model_path)  # fail here, clearly, before any process
         ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
         self.procs: list[mp.process.BaseProcess] = [
             ctx.Process(target=run_scheduler_process, name="scheduler",
-                        args=(args, tokenizer.eos_token_ids, addrs.scheduler, addrs.detokenizer,
+                        # (): the scheduler reads the EOS ids from its model's ModelConfig
+                        args=(args, (), addrs.scheduler, addrs.detokenizer,
                               addrs.ready)),
             ctx.Process(target=detokenize_worker, name="detokenizer",
                         args=(args.model_path, addrs.detokenizer, addrs.frontend, addrs.ready)),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from minisgl.models.config import ModelConfig
 from minisgl.utils.misc import MinisglError
 
 from .detokenize import IncrementalDetokenizer
@@ -23,7 +24,11 @@ class Tokenizer:
             self.hf = AutoTokenizer.from_pretrained(self.model_dir)
         except (OSError, ValueError) as e:
             raise MinisglError(f"cannot load the tokenizer of {self.model_dir}: {e}") from None
-        self.eos_token_ids: tuple[int, ...] = _eos_token_ids(self.model_dir, self.hf.eos_token_id)
+
+    @cached_property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a generation, by the one rule in ModelConfig (see models/config.py)."""
+        return ModelConfig.from_path(self.model_dir).eos_token_ids
 
     @property
     def vocab_size(self) -> int:
@@ -68,24 +73,3 @@ class Tokenizer:
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer:
     return Tokenizer(model_dir)
-
-
-def _eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> tuple[int, ...]:
-    """Every id that ends a generation: generation_config.json, config.json, then the tokenizer's.
-
-    Qwen3 lists two (<|im_end|> ends a chat turn, <|endoftext|> a document); the order is kept and
-    duplicates are dropped.
-    """
-    ids: list[int] = []
-    for name in ("generation_config.json", "config.json"):
-        path = model_dir / name
-        if path.is_file():
-            ids += _as_list(json.loads(path.read_text()).get("eos_token_id"))
-    ids += _as_list(tokenizer_eos)
-    return tuple(dict.fromkeys(ids))
-
-
-def _as_list(value: int | list[int] | None) -> list[int]:
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
