@@ -50,6 +50,9 @@ def test_site_builds_strict(tmp_path):
     page = (tmp_path / "site" / "chapters" / "ch01" / "index.html").read_text(encoding="utf-8")
     assert "到这一章为止的文件" in page
     assert not (tmp_path / "site" / "hooks.py").exists()
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    edit = config["repo_url"] + "/" + config["edit_uri"] + "chapters/ch01.md"
+    assert f'href="{edit}"' in page  # every page links to its source ("edit this page")
 
 
 def test_nav_lists_every_chapter_page():
@@ -402,3 +405,15 @@ def test_page_shows_every_line_the_chapter_adds(tmp_path, previous, chapter):
     assert not missing, f"{page} does not show {len(missing)} changed lines:\n" + "\n".join(
         missing[:40]
     )
+
+
+def test_index_links_written_chapters_and_marks_the_others():
+    index = (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\|[^|]*\| (\d+) \|[^|]*\| ([^|]+) \|$", index, flags=re.M)
+    assert [int(n) for n, _ in rows] == list(range(1, steps.LAST_PLANNED_CHAPTER + 1))
+    for number, cell in rows:
+        page = f"chapters/ch{int(number):02d}.md"
+        if (REPO / "docs" / page).is_file():
+            assert cell == f"[第 {number} 章]({page})"
+        else:
+            assert cell == "尚未写成", f"chapter {number} has no page but the index links it"
