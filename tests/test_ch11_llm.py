@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from conftest import CHAT_PROMPTS
 from test_ch09_chunked_prefill import long_prompt
 
+from minisgl.benchmark.offline import make_workload, run_minisgl
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 
@@ -61,4 +64,12 @@ def test_an_impossible_request_reports_an_error_and_the_rest_finish(smollm2_dir,
                            use_tqdm=False)
     assert results[0]["token_ids"] == hf_greedy.generate(ok, 8)
     assert results[1]["finish_reason"] == "error" and "KV pool" in results[1]["error"]
+    llm.shutdown()
+
+
+def test_offline_benchmark_runs_a_single_request(smollm2_dir):
+    # its warm-up once took the first two requests' sampling params, and one request has only one
+    llm = LLM(str(smollm2_dir), num_pages=256)
+    work = make_workload(1, (4, 12), (2, 5), vocab=1000, seed=random.randrange(2**31))
+    assert run_minisgl(llm, work) > 0  # it also checks that every request got its tokens
     llm.shutdown()

@@ -49,7 +49,8 @@ def make_workload(n: int, input_len: tuple[int, int], output_len: tuple[int, int
 
 def run_minisgl(llm: LLM, work: Workload) -> float:
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in work.output_lens]
-    llm.generate([[1, 2, 3, 4]] * 2, params[:2], use_tqdm=False)  # warm-up
+    warmup = SamplingParams(max_tokens=2, ignore_eos=True)  # a prefill and a decode step
+    llm.generate([[1, 2, 3, 4]] * 2, warmup, use_tqdm=False)
     llm.scheduler.flush_cache()  # no prefix hits from the warm-up: HF gets none either
     start = time.perf_counter()
     results = llm.generate(work.prompts, params, use_tqdm=False)
