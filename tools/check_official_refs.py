@@ -8,12 +8,12 @@ script reads it from there, so the page and the check can never disagree. A sect
 
     以下路径都在 …… 的 `python/minisgl/` 下，行号对应首页注明的提交：
 
-    - 调度器：`scheduler/scheduler.py` · `Scheduler.__init__` 第 46–77 行（`TableManager` 在第 60 行），
-      `_prepare_batch` 从第 226 行起
-    - 注册：`kvcache/__init__.py` · 第 49–53 行、第 70 行
+    - 调度器：`scheduler/scheduler.py` · `Scheduler.__init__` 第 46–76 行（`token_pool` 在第 71 行），
+      `_make_positions` 从第 236 行起
+    - 注册：`kvcache/__init__.py` · 第 47–51、54–58 行
 
 The intro line's backticked folder (if any) is the base of every path in the section. Each bullet
-names a file as "`path` ·"; every "第 A–B 行" / "第 A、B–C 行" / "从第 A 行起" after it refers to that
+(one line on the page, wrapped above only to fit) names a file as "`path` ·"; every "第 A–B 行" / "第 A、B–C 行" / "从第 A 行起" after it refers to that
 file. A backticked name written right before a range must lie inside it, in one of two senses:
 "`X` 第 A–B 行" cites where X is defined (a dotted `A.b` is `b` inside `class A`; a plain name is
 its `def`/`class` if the file has one, else an assignment, else any occurrence), while
@@ -22,6 +22,9 @@ its `def`/`class` if the file has one, else an assignment, else any occurrence),
 must exist.
 
 Usage: python tools/check_official_refs.py [--repo PATH] [--docs DIR]
+where PATH is a clone (bare is fine) of https://github.com/sgl-project/mini-sglang that has the
+pinned commit; tests/test_docs_refs.py runs this on the tutorial when such a clone is present and
+otherwise checks the parsing and symbol logic on a small repository it makes.
 Exit status 1, with one "page:line: problem" per bad reference, when anything fails to parse or
 verify; the last line is always the summary.
 """
