@@ -14,12 +14,12 @@ script reads it from there, so the page and the check can never disagree. A sect
 
 The intro line's backticked folder (if any) is the base of every path in the section. Each
 bullet (one line on the page, wrapped above only to fit) names a file as "`path` ·"; every
-"第 A–B 行" / "第 A、B–C 行" / "从第 A 行起" after it refers to that file. A backticked name written right before a range must lie inside it, in one of two senses:
-"`X` 第 A–B 行" cites where X is defined (a dotted `A.b` is `b` inside `class A`; a plain name is
-its `def`/`class` if the file has one, else an assignment, else any occurrence), while
-"`X` 在第 A 行" cites a place X is used (any occurrence). Code that is not a name
-(`num_pages + 1`) must appear literally in the cited lines. Other backticked paths in a bullet
-must exist.
+"第 A–B 行" / "第 A、B–C 行" / "从第 A 行起" after it refers to that file. A backticked name
+written right before a range must lie inside it, in one of two senses: "`X` 第 A–B 行" cites
+where X is defined (a dotted `A.b` is `b` inside `class A`; a plain name is its `def`/`class` if
+the file has one, else an assignment, else any occurrence), while "`X` 在第 A 行" cites a place
+X is used (any occurrence). Code that is not a name (`num_pages + 1`) must appear literally in
+the cited lines. Other backticked paths in a bullet must exist.
 
 Usage: python tools/check_official_refs.py [--repo PATH] [--docs DIR]
 where PATH is a clone (bare is fine) of https://github.com/sgl-project/mini-sglang that has the
