@@ -304,9 +304,9 @@ def chapter_code(n: int, manifest) -> str:
         language = LANGUAGES.get(Path(change.path).suffix, "text")
         body = change.text.rstrip("\n")
         if change.new:
-            title, attributes = f"{shown}（本章新建）", ' linenums="1"'
+            title, attributes = f"`{shown}`（本章新建）", ' linenums="1"'
         else:
-            title = f"{shown}（本章修改，改动的行已高亮）"
+            title = f"`{shown}`（本章修改，改动的行已高亮）"
             attributes = f' linenums="1" hl_lines="{spans(change.changed)}"'
         code = fenced(body, language, attributes)
         blocks.append(f'??? note "{title}"\n' + "\n".join(

@@ -105,6 +105,11 @@ def test_copied_config_builds(tmp_path):
             "matches no",
         ),
         ("# 1\n\n文中写 {{ tree }} 不行\n", "stand alone"),
+        ('# 1\n\n带宽 {{ figure "benchmarks/results/none.txt" pattern="x" }} TB/s\n', "none.txt"),
+        (
+            '# 1\n\n带宽 {{ figure "benchmarks/results/h200_gpu_kernels.txt" pattern="no such" }}\n',
+            "matches no line",
+        ),
     ],
 )
 def test_bad_directive_fails_the_build(tmp_path, body, message):
@@ -279,16 +284,16 @@ def grown(tmp_path):
 
 def test_chapter_code_folds_new_files_and_marks_changed_lines(grown):
     first = hooks.expand("{{ chapter_code }}", 1, grown)
-    assert first.startswith('??? note "minisgl/a.py（本章新建）"\n    ```python linenums="1"\n')
+    assert first.startswith('??? note "`minisgl/a.py`（本章新建）"\n    ```python linenums="1"\n')
     assert "    def f():\n        return 1\n" in first
-    assert '??? note "m1.py（本章新建）"' in first and "b.cu" not in first
+    assert '??? note "`m1.py`（本章新建）"' in first and "b.cu" not in first
     second = hooks.expand("{{ chapter_code }}", 2, grown)
     assert second.startswith(
-        '??? note "minisgl/a.py（本章修改，改动的行已高亮）"\n'
+        '??? note "`minisgl/a.py`（本章修改，改动的行已高亮）"\n'
         '    ```python linenums="1" hl_lines="2"\n    def f():\n        return 2\n'
     )
-    assert '??? note "minisgl/b.cu（本章新建）"\n    ```cuda linenums="1"\n' in second
-    assert '??? note "m2.py（本章新建）"' in second and "m1.py" not in second
+    assert '??? note "`minisgl/b.cu`（本章新建）"\n    ```cuda linenums="1"\n' in second
+    assert '??? note "`m2.py`（本章新建）"' in second and "m1.py" not in second
     assert hooks.spans([1, 2, 3, 7, 9, 10]) == "1-3 7 9-10"
 
 
