@@ -558,6 +558,48 @@ def build(path: Path, echo: bool = True) -> tuple[Path | None, str]:
     return (binary if ok else None), log
 
 
+def compile_unit(path: Path, echo: bool = True) -> tuple[Path | None, str]:
+    """Rewrites, stages and compiles one translation unit to an object file (`-c`): for programs
+    built from several units that must not see each other's text (the practice judge compiles
+    a learner's kernels apart from the test program that checks them)."""
+    stager = Stager(path)
+    try:
+        main = stager.stage(path)
+    except (RewriteError, OSError) as e:
+        return None, f"emu: {e}\n"
+    flags = [*PROGRAM_FLAGS, *cuda_version_flags()]
+    h = hashlib.sha256()
+    for part in (compiler_id(), " ".join(flags), runtime_digest(), str(CSRC_DIR)):
+        h.update(part.encode() + b"\0")
+    for target in sorted(stager.contents):
+        h.update(str(target).encode() + b"\0" + stager.contents[target].encode() + b"\0")
+    obj = cache_root() / "obj" / h.hexdigest()[:20] / f"{path.stem}.o"
+    if obj.exists():
+        return obj, ""
+    stager.write()
+    cmd = [compiler(), *flags, "-include", str(RUNTIME_DIR / "emu_cuda.h"), "-I", str(path.parent),
+           "-I", str(CSRC_DIR), "-I", str(RUNTIME_DIR), "-x", "c++", "-c", str(main)]
+    ok, log = _compile(cmd, obj, echo)
+    return (obj if ok else None), log
+
+
+def link(objects: list[Path], name: str, echo: bool = True) -> tuple[Path | None, str]:
+    """Links object files from compile_unit with the runtime, in the order given (for symbols
+    defined in several objects, such as inline functions, the first object's copy is kept)."""
+    runtime, log = build_runtime(echo)
+    if runtime is None:
+        return None, log
+    h = hashlib.sha256()
+    for obj in [*objects, runtime]:
+        h.update(obj.read_bytes() + b"\0")
+    binary = cache_root() / "bin" / h.hexdigest()[:20] / name
+    if binary.exists():
+        return binary, ""
+    cmd = [compiler(), *COMMON_FLAGS, *(str(o) for o in objects), str(runtime)]
+    ok, log = _compile(cmd, binary, echo)
+    return (binary if ok else None), log
+
+
 # ---------------------------------------------------------------------------------------------
 # Running.
 # ---------------------------------------------------------------------------------------------
@@ -612,7 +654,8 @@ def _read_report(path: Path) -> dict[str, int] | None:
     return {k: int(v) for k, v in fields.items() if v.lstrip("-").isdigit()}
 
 
-def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float) -> None:
+def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float,
+                preexec=None) -> None:
     fd, report_name = tempfile.mkstemp(prefix="emu-report-", suffix=".txt")
     os.close(fd)
     report = Path(report_name)
@@ -622,7 +665,8 @@ def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float) -> 
     err: list[str] = []
     try:
         proc = subprocess.Popen(
-            [str(binary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+            [str(binary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+            preexec_fn=preexec,
         )
         pumps = [
             threading.Thread(target=_pump, args=(proc.stdout, sys.stdout if echo else None, out)),
@@ -680,6 +724,17 @@ def execute(path: str | Path, echo: bool = True, timeout: float | None = None) -
         sys.stdout.flush()
         sys.stderr.write(result.summary() + "\n")
         sys.stderr.flush()
+    return result
+
+
+def execute_binary(binary: Path, path: str | Path, echo: bool = True,
+                   timeout: float | None = None, preexec=None) -> RunResult:
+    """Runs a binary made by link() (`path` names the program in messages). `preexec` runs in
+    the child before exec (the practice judge restricts what the program may write there)."""
+    result = RunResult(Path(path), compiled=True)
+    if timeout is None:
+        timeout = float(os.environ.get("MINISGL_EMU_TIMEOUT", DEFAULT_TIMEOUT_S))
+    _run_binary(binary, result, echo, timeout, preexec)
     return result
 
 

@@ -64,10 +64,11 @@ def decode(data, tensors: dict):
     return data
 
 
-def save_tensors(tensors: dict, path: str) -> None:
-    from safetensors.torch import save_file
+def dump_tensors(tensors: dict) -> bytes:
+    """The safetensors bytes of `tensors` (name -> CPU tensor)."""
+    from safetensors.torch import save
 
-    save_file(tensors, path)
+    return save(tensors)
 
 
 def load_tensors(data: bytes) -> dict:

@@ -1,4 +1,4 @@
-"""Linux process restrictions that the standard library lacks: capabilities and Landlock.
+"""Linux process restrictions that the standard library lacks: capabilities, namespaces, Landlock.
 
 Everything here is called from the sandbox supervisor, in the freshly forked child, just before
 it executes the learner's program. Only ctypes and raw syscalls: no allocation-heavy work.
@@ -7,7 +7,10 @@ it executes the learner's program. Only ctypes and raw syscalls: no allocation-h
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import stat
+from pathlib import Path
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -17,8 +20,12 @@ PR_SET_KEEPCAPS = 8
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
-PR_CAP_AMBIENT_RAISE = 2
-CAP_DAC_READ_SEARCH = 2
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x04000000, 0x08000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT = 1, 2, 4, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 
 # Landlock (include/uapi/linux/landlock.h). The syscall numbers are shared by x86_64 and arm64.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -94,30 +101,93 @@ def landlock_abi() -> int:
     return max(int(ret), 0)
 
 
-def drop_to_user(uid: int, keep_read_search: bool) -> None:
-    """Become `uid` (from root). With keep_read_search, keep only CAP_DAC_READ_SEARCH, raised as an
-    ambient capability so that it survives execve: it lets the child reach an interpreter under a
-    private directory such as /root/.pyenv. It grants reading and directory search, never writing;
-    Landlock then limits what may be read."""
-    if keep_read_search:
-        prctl(PR_SET_KEEPCAPS, 1)
+def _drop_bounding_set() -> None:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0 \
+                and ctypes.get_errno() != errno.EINVAL:
+            _check(-1, f"PR_CAPBSET_DROP({cap})")
+
+
+def drop_to_user(uid: int) -> None:
+    """Become `uid` (from root) with no capability left in any set: the bounding set is emptied
+    first (so no later exec can regain one), setresuid clears the permitted and effective sets,
+    then the inheritable and ambient sets are cleared explicitly."""
+    _drop_bounding_set()
+    prctl(PR_SET_KEEPCAPS, 0)
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    if keep_read_search:
-        mask = 1 << CAP_DAC_READ_SEARCH
-        header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-        data = (_CapData * 2)()
-        data[0].effective = data[0].permitted = data[0].inheritable = mask
-        _check(_libc.capset(ctypes.byref(header), data), "capset")
-        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_DAC_READ_SEARCH)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    _check(_libc.capset(ctypes.byref(header), (_CapData * 2)()), "capset")
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+
+
+def capability_sets() -> dict[str, int]:
+    """This process's capability sets as read from /proc (CapInh, CapPrm, CapEff, CapBnd,
+    CapAmb), for tests and reports."""
+    with open("/proc/self/status") as f:
+        return {k: int(v, 16) for k, v in (line.split(":", 1) for line in f)
+                if k.startswith("Cap")}
+
+
+def _unreachable_top(path: str) -> str | None:
+    """The highest folder on the way to `path` that a uid without privileges cannot pass
+    through (no search bit for others), or None."""
+    parts = Path(path).parts
+    for depth in range(1, len(parts)):
+        folder = os.path.join(*parts[:depth])
+        try:
+            if not os.stat(folder).st_mode & 0o001:
+                return folder
+        except OSError:
+            return None
+    return None
+
+
+def isolate(read_dirs: list[str]) -> None:
+    """As root, move into new mount, network, IPC and UTS namespaces. The new network namespace
+    has only a loopback interface that is down: no address on the host, not even 127.0.0.1, is
+    reachable. Any read dir under a folder the sandbox uid could not pass through (an interpreter
+    under /root, whose mode is 0700) is made reachable without any capability: a read-only tmpfs
+    is laid over that folder, holding only bind mounts of those read dirs, so nothing else in it
+    is visible."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    covered: dict[str, list[str]] = {}
+    for path in filter(os.path.isdir, read_dirs):
+        top = _unreachable_top(os.path.realpath(path))
+        if top is not None:
+            covered.setdefault(top, []).append(os.path.realpath(path))
+    for top, paths in covered.items():
+        keep = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in sorted(set(paths))]
+        _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+        for path, fd in keep:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            os.close(fd)
+        _mount(None, top, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755")
+
+
+def _enc(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+def _mount(source, target: str, fstype, flags: int, data: str | None = None) -> None:
+    enc = _enc
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount({target})")
 
 
 def restrict_filesystem(abi: int, read_dirs: list[str], write_dirs: list[str],
                         write_files: list[str]) -> None:
     """Landlock the calling process and its future children: read and execute only beneath
-    read_dirs and write_dirs, create/modify/remove only beneath write_dirs (plus writing the files
-    in write_files, such as /dev/null); with ABI >= 4 no TCP bind or connect, with ABI >= 6 no
+    read_dirs (folders, or single files) and write_dirs, create/modify/remove only beneath
+    write_dirs (plus writing the files in write_files, such as /dev/null); with ABI >= 4 no TCP bind or connect, with ABI >= 6 no
     signals to and no abstract unix sockets of processes outside the sandbox."""
     write = _WRITE_V1 | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
     attr = _RulesetAttr(handled_access_fs=_READ | write)
@@ -142,6 +212,8 @@ def restrict_filesystem(abi: int, read_dirs: list[str], write_dirs: list[str],
             except FileNotFoundError:
                 continue
             try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    access &= _FILE_ONLY  # a single file (such as /etc/ld.so.cache)
                 rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
                 _check(
                     _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0),

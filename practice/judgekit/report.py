@@ -27,11 +27,11 @@ def sandbox_line(result: JudgeResult) -> str:
     s = result.sandbox
     if not s:
         return ""
-    who = f"uid {s['uid']}" if s.get("uid") is not None else "当前用户"
-    if s.get("read_search_capability"):
-        who += "（保留只读的 CAP_DAC_READ_SEARCH）"
+    who = f"uid {s['uid']}（无任何 capability）" if s.get("uid") is not None else "当前用户"
+    if s.get("namespaces"):
+        who += " · 独立的网络/挂载命名空间"
     lock = f"Landlock ABI {s['landlock_abi']}" if s.get("landlock_abi") else "无 Landlock"
-    return (f"沙箱：{who} · {lock} · 每个用例 CPU {s['cpu_s']:g} s · 内存 {s['memory_mb']} MB · "
+    return (f"沙箱：{who} · {lock} · seccomp · 每个用例 CPU {s['cpu_s']:g} s · 内存 {s['memory_mb']} MB · "
             f"进程 {s['max_processes']} · 单个文件 {s['output_mb']} MB")
 
 

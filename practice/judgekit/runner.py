@@ -4,10 +4,20 @@ The learner's code never runs in this process. This process builds the cases (in
 values from the exercise's tests/cases.py), starts sandbox.py (the supervisor) which runs the
 learner's program under limits, then reads the program's outputs back as JSON + safetensors and
 compares them itself.
+
+The run folder (a fresh temp dir, owned by the judge's user, mode 0711) holds
+    box/         the only folder the sandbox may write: the learner's file, tmp/ (HOME, TMPDIR)
+    harness/     the harness scripts the sandbox runs, and (CUDA) the test programs: read-only
+    job.bin      the cases' inputs; the harness gets it as an open descriptor, never by path
+    stdout.txt, stderr.txt, results/, report.json: written by the supervisor only
+Only sample cases (visible=True) show their input, expected output and the program's output; a
+hidden case shows its verdict and a short reason written by the judge, never learner-controlled
+text, so that nothing about its data can be harvested from the verdict page.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import pwd
@@ -23,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import codec
+from . import codec, frames
 from .compare import compare, describe
 from .exercises import PRACTICE, Exercise
 
@@ -31,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = PRACTICE.parent
 SANDBOX_UIDS = range(62000, 65000)  # per-run uids when judging as root (no passwd entries)
 STARTUP_S = 60  # wall and CPU seconds for starting the program (importing torch, the solution)
-MAX_READ = 4 << 20  # at most this much of any file the learner's program wrote is read back
+MAX_READ = 32 << 20  # at most this much of a case's output is read back
 SHOWN_OUTPUT = 2000  # characters of the program's stdout/stderr shown for a failing case
 SHOWN_LINES, SHOWN_LINE_WIDTH = 30, 200
 MAX_TIMEOUTS = 2  # after this many cases ran out of time, the rest are not run
@@ -106,8 +116,9 @@ class JudgeResult:
 
 # ---- reading what the learner's program wrote --------------------------------------------------
 def read_box_file(box: Path, name: str, limit: int = MAX_READ, start: int = 0) -> bytes | None:
-    """Up to `limit` bytes of a regular file in the sandbox folder; None if missing or not a plain
-    file (a symlink planted by the learner is never followed)."""
+    """Up to `limit` bytes of a regular file in `box`; None if missing or not a plain file (a
+    symlink is never followed, a FIFO never blocks). The judge reads only files the supervisor
+    wrote, but opens them as if the learner could have planted anything there."""
     try:
         fd = os.open(box / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -120,13 +131,13 @@ def read_box_file(box: Path, name: str, limit: int = MAX_READ, start: int = 0) -
         os.close(fd)
 
 
-def _segment(box: Path, name: str, start, end) -> str:
+def _segment(folder: Path, name: str, start, end) -> str:
     if not isinstance(start, int) or start < 0:
         return ""
     length = SHOWN_OUTPUT * 4
     if isinstance(end, int) and end >= start:
         length = min(length, end - start)
-    data = read_box_file(box, name, length, start) or b""
+    data = read_box_file(folder, name, length, start) or b""
     text = data.decode("utf-8", errors="replace")
     cut = len(text) > SHOWN_OUTPUT or (isinstance(end, int) and end - start > len(data))
     lines = text[:SHOWN_OUTPUT].splitlines()
@@ -195,20 +206,11 @@ def _python_dirs() -> list[str]:
     return sorted(d for d in dirs if d and os.path.isdir(d))
 
 
-SYSTEM_READ_DIRS = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc",
-                    "/proc", "/sys", "/dev", "/opt", "/nix"]
-
-
-def _reachable_by_others(path: str) -> bool:
-    """Can a uid with no special rights reach and read `path`?"""
-    path = os.path.realpath(path)
-    parts = Path(path).parents
-    try:
-        if any(not os.stat(p).st_mode & 0o001 for p in parts):
-            return False
-        return bool(os.stat(path).st_mode & 0o004)
-    except OSError:
-        return False
+SYSTEM_READ_DIRS = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys",
+                    "/dev", "/opt", "/nix"]
+# From /etc only what the dynamic loader, the C library and the compiler read; not /etc wholesale.
+ETC_READ_FILES = ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+                  "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/alternatives"]
 
 
 # ---- languages ---------------------------------------------------------------------------------
@@ -218,21 +220,23 @@ class PythonLanguage:
     def read_dirs(self) -> list[str]:
         return []
 
-    def prepare(self, ex: Exercise, cases: list, box: Path) -> dict:
-        tensors: dict = {}
-        encoded = [codec.encode(case.args, tensors, prefix=f"c{i}_") for i, case in enumerate(cases)]
-        if tensors:
-            codec.save_tensors(tensors, str(box / "inputs.safetensors"))
-        return {"entry": ex.entry, "module_file": ex.file, "cases": encoded,
-                "tensors": "inputs.safetensors" if tensors else None}
+    def prepare(self, ex: Exercise, cases: list, readonly: Path) -> list[tuple[dict, list[bytes]]]:
+        """The job: a setup message, then one message per case (tagged JSON + safetensors)."""
+        messages: list[tuple[dict, list[bytes]]] = [({"entry": ex.entry, "module_file": ex.file},
+                                                     [])]
+        for case in cases:
+            tensors: dict = {}
+            data = json.dumps(codec.encode(case.args, tensors, prefix="c")).encode()
+            messages.append(({}, [data, codec.dump_tensors(tensors) if tensors else b""]))
+        return messages
 
-    def output(self, box: Path, index: int):
+    def output(self, results: Path, index: int):
         """The value the program returned for case `index` (raises ValueError if unreadable)."""
-        data = read_box_file(box, f"out-{index}.json")
+        data = read_box_file(results, f"out-{index}.json")
         if data is None:
             raise ValueError("没有找到输出文件")
         tensors = {}
-        blob = read_box_file(box, f"out-{index}.safetensors")
+        blob = read_box_file(results, f"out-{index}.safetensors")
         if blob is not None:
             tensors = codec.load_tensors(blob)
         return codec.decode(json.loads(data), tensors)
@@ -247,10 +251,12 @@ CUDA_TEST_FILES = (".cu", ".cuh", ".h", ".hpp")
 
 
 class CudaLanguage(PythonLanguage):
-    """Each case is a self-checking CUDA program (tests/*.cu, including the learner's file by
-    name), compiled and run by the CPU emulator tools/emu_kernels.py inside the sandbox."""
+    """Each case is a self-checking CUDA program (tests/*.cu), linked with the learner's file
+    compiled on its own (tests/learner_unit.cu) and run by the CPU emulator tools/emu_kernels.py
+    inside the sandbox (see harness_cuda.py). The test programs are copied into the read-only
+    harness folder, so that nothing the learner's code does can change them."""
 
-    harness = ["harness_cuda.py", "harness_py.py"]
+    harness = ["harness_cuda.py", "harness_py.py", "linux.py"]
 
     @staticmethod
     def emulator() -> Path:
@@ -259,21 +265,25 @@ class CudaLanguage(PythonLanguage):
     def read_dirs(self) -> list[str]:
         return [str(self.emulator().resolve().parent)]
 
-    def prepare(self, ex: Exercise, cases: list, box: Path) -> dict:
+    def prepare(self, ex: Exercise, cases: list, readonly: Path) -> list[tuple[dict, list[bytes]]]:
         emulator = self.emulator()
         if not emulator.is_file():
             raise FileNotFoundError(f"找不到 CPU 模拟器 {emulator}")
         tests = ex.dir / "tests"
         for path in tests.iterdir():  # drivers and the headers they include
             if path.suffix in CUDA_TEST_FILES and path.is_file() and path.name != ex.file:
-                shutil.copyfile(path, box / path.name)
-        names = []
+                shutil.copyfile(path, readonly / path.name)
+        unit = readonly / "learner_unit.cu"
+        if not unit.is_file():
+            raise FileNotFoundError(f"{tests} 里没有 learner_unit.cu（学习者代码的编译单元）")
+        messages: list[tuple[dict, list[bytes]]] = [
+            ({"emulator": str(emulator.resolve()), "unit": str(unit)}, [])]
         for case in cases:
             driver = ex.dir / case.args["driver"]
             if driver.parent != tests or driver.suffix != ".cu":
                 raise ValueError(f"driver {driver} must be a .cu file directly in {tests}")
-            names.append(driver.name)
-        return {"emulator": str(emulator.resolve()), "cases": names}
+            messages.append(({"driver": str(readonly / driver.name)}, [b"", b""]))
+        return messages
 
     def check(self, case, actual) -> str | None:
         if isinstance(actual, dict) and actual.get("passed") is True:
@@ -338,12 +348,35 @@ def _startup_verdict(startup: dict) -> tuple[str, str]:
     return verdict, "加载你的代码时" + message
 
 
-def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, box: Path,
+HIDDEN_REASONS = {
+    "WA": "输出与期望不符",
+    "RE": "运行出错",
+    "TLE": "超出时间限制",
+    "MLE": "超出内存限制",
+    "OLE": "输出超限",
+    "CE": "编译错误",
+    "SE": "评测机错误",
+}
+
+
+def _hidden_reason(out: CaseVerdict, raw: dict) -> str:
+    """What a hidden case may say: the verdict's reason in the judge's words, plus the name of a
+    built-in exception class (a learner-made class name could carry the case's data)."""
+    reason = "隐藏用例：" + HIDDEN_REASONS.get(out.verdict, VERDICTS[out.verdict])
+    types = raw.get("exc_types") or []
+    if out.verdict == "RE" and types and isinstance(getattr(builtins, str(types[0]), None), type):
+        reason += f"（{types[0]}）"
+    if out.verdict == "TLE" and raw.get("status") == "skipped":
+        reason += "（前面的用例超时，未运行）"
+    return reason
+
+
+def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run: Path,
              time_limit: float) -> CaseVerdict:
     out = CaseVerdict(index=index, name=case.name, visible=case.visible, verdict="AC",
                       cpu_s=raw.get("cpu_s"), rss_mb=raw.get("rss_mb"))
-    stdout = _segment(box, "stdout.txt", raw.get("out_start"), raw.get("out_end"))
-    stderr = _segment(box, "stderr.txt", raw.get("err_start"), raw.get("err_end"))
+    stdout = _segment(run, "stdout.txt", raw.get("out_start"), raw.get("out_end"))
+    stderr = _segment(run, "stderr.txt", raw.get("err_start"), raw.get("err_end"))
     status = raw.get("status")
     if status == "skipped":
         out.verdict = "TLE"
@@ -356,7 +389,7 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, box
             out.details["traceback"] = text
     elif status == "ok":
         try:
-            actual = lang.output(box, index)
+            actual = lang.output(run / "results", index)
         except Exception as e:
             out.verdict, out.message = "WA", f"读不出输出：{e}"
         else:
@@ -364,9 +397,6 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, box
             if problem:
                 out.verdict, out.message = "WA", problem
                 out.details["actual"] = describe(actual)
-        if out.verdict == "AC" and isinstance(out.cpu_s, (int, float)) and out.cpu_s > time_limit:
-            out.verdict = "TLE"
-            out.message = f"用了 {out.cpu_s:.2f} s CPU 时间，限制 {time_limit:g} s"
     elif status == "exception":
         if case.raises and case.raises in (raw.get("exc_types") or []) and not _is_memory_error(raw):
             out.verdict = "AC"
@@ -379,14 +409,28 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, box
         out.verdict, out.message = "WA", str(raw.get("message"))
     else:
         out.verdict, out.message = _crash_verdict(raw, stderr)
+    if out.verdict in ("AC", "WA", "RE") and isinstance(out.cpu_s, (int, float)) \
+            and out.cpu_s > time_limit:
+        out.verdict = "TLE"  # measured by the supervisor, over the whole process tree
+        out.message = f"用了 {out.cpu_s:.2f} s CPU 时间，限制 {time_limit:g} s"
+        out.details = {}
     if isinstance(raw.get("strays"), int) and raw["strays"] > 0:
         out.message += f"（之后清理了 {raw['strays']} 个残留进程）"
-    stdout, stderr = stdout.replace(f"{box}/", ""), stderr.replace(f"{box}/", "")
+    if out.verdict == "AC":
+        out.message, out.details = "", {}
+        return out
+    if not case.visible and status != "not_run":
+        out.message, out.details = _hidden_reason(out, raw), {}
+        return out
+    def short(text: str) -> str:
+        return text.replace(f"{run / 'box'}/", "").replace(f"{run / 'harness'}/", "")
+
+    stdout, stderr = short(stdout), short(stderr)
     for key in ("traceback", "actual"):
         if key in out.details:
-            out.details[key] = out.details[key].replace(f"{box}/", "")
-    out.message = out.message.replace(f"{box}/", "")
-    if out.verdict != "AC":
+            out.details[key] = short(out.details[key])
+    out.message = short(out.message)
+    if case.visible:
         if ex.language == "python":
             out.details["input"] = "\n".join(f"{k} = {describe(v)}" for k, v in case.args.items())
             out.details["expected"] = (f"抛出 {case.raises}" if case.raises
@@ -401,21 +445,61 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, box
 
 
 # ---- the run -----------------------------------------------------------------------------------
+_active: dict[int, subprocess.Popen] = {}  # supervisors running now, by pid
+_active_lock = threading.Lock()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ask a supervisor to kill its sandbox's tree and exit; kill it if it does not."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stop_all() -> None:
+    """Stop every supervisor this process started (for a server going down: the threads that
+    judge are daemons and will not reach their own clean-up)."""
+    with _active_lock:
+        running = list(_active.values())
+    for proc in running:
+        _stop(proc)
+
+
 def _spawn_supervisor(spec_path: Path, timeout: float) -> tuple[int, str]:
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", "-B", str(HERE / "sandbox.py"), str(spec_path)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+    with _active_lock:
+        _active[proc.pid] = proc
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # the supervisor kills the sandbox's tree, then exits
-        try:
-            output, _ = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
+        _stop(proc)
+        output, _ = proc.communicate()
+    except BaseException:  # Ctrl+C, SIGTERM turned into SystemExit: leave nothing running
+        _stop(proc)
+        raise
+    finally:
+        with _active_lock:
+            _active.pop(proc.pid, None)
     return proc.returncode, output.decode("utf-8", errors="replace")[-4000:]
+
+
+def _write_job(path: Path, messages: list[tuple[dict, list[bytes]]]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        for header, payloads in messages:
+            f.write(frames.pack(header, *payloads))
+
+
+def _read_dirs(lang, harness: Path) -> list[str]:
+    found = [d for d in SYSTEM_READ_DIRS + ETC_READ_FILES if os.path.exists(d)]
+    return found + _python_dirs() + lang.read_dirs() + [str(harness)]
 
 
 def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
@@ -427,30 +511,29 @@ def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
     time_limit = float(time_limit_s or ex.time_limit_s)
     memory = int(memory_mb or ex.memory_mb)
     root = os.geteuid() == 0
-    wrapper = Path(tempfile.mkdtemp(prefix="minisgl-judge-"))
+    run = Path(tempfile.mkdtemp(prefix="minisgl-judge-"))
     try:
-        os.chmod(wrapper, 0o711)  # others may pass through to box/, but not list or change it
-        box = wrapper / "box"
+        os.chmod(run, 0o711)  # the sandbox may pass through to box/ and harness/, nothing more
+        box, harness, results = run / "box", run / "harness", run / "results"
         box.mkdir(mode=0o700)
         (box / "tmp").mkdir()
         (box / ex.file).write_text(source, encoding="utf-8")
-        for name in lang.harness:
-            shutil.copyfile(HERE / name, box / name)
-        shutil.copyfile(HERE / "codec.py", box / "judge_codec.py")
+        harness.mkdir(mode=0o755)
+        results.mkdir(mode=0o700)
+        for name in [*lang.harness, "frames.py"]:
+            shutil.copyfile(HERE / name, harness / name)
+        shutil.copyfile(HERE / "codec.py", harness / "judge_codec.py")
         try:
-            job = lang.prepare(ex, cases, box)
+            _write_job(run / "job.bin", lang.prepare(ex, cases, harness))
         except (OSError, ValueError) as e:
             verdicts = [CaseVerdict(i, c.name, c.visible, "SE", str(e)) for i, c in enumerate(cases)]
             return JudgeResult(ex, verdicts, {}, time.monotonic() - began, str(e))
-        job["case_cpu_s"] = time_limit
-        (box / "job.json").write_text(json.dumps(job), encoding="utf-8")
+        for path in harness.iterdir():
+            os.chmod(path, 0o644)
 
-        read_dirs = [d for d in SYSTEM_READ_DIRS if os.path.isdir(d)]
-        read_dirs += _python_dirs() + lang.read_dirs()
         uid = _free_uid() if root else None
-        keep_read_search = root and not all(_reachable_by_others(d) for d in _python_dirs())
         if uid is not None:
-            for path in (box, box / "tmp"):
+            for path in (box, box / "tmp", box / ex.file):
                 os.chown(path, uid, uid)
         nproc = ex.max_processes if root else _tasks_of(os.getuid()) + ex.max_processes
         case_wall = max(3 * time_limit, time_limit + 2)
@@ -462,33 +545,35 @@ def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
             "MALLOC_ARENA_MAX": "2",
         }
         spec = {
-            "argv": [sys.executable, "-I", "-B", "-X", "utf8", "-X", "faulthandler", lang.harness[0]],
+            "argv": [sys.executable, "-I", "-B", "-X", "utf8", "-X", "faulthandler",
+                     str(harness / lang.harness[0])],
             "cwd": str(box), "env": env, "judge_pid": os.getpid(),
-            "stdout": str(box / "stdout.txt"), "stderr": str(box / "stderr.txt"),
-            "report": str(wrapper / "report.json"), "num_cases": len(cases),
+            "stdout": str(run / "stdout.txt"), "stderr": str(run / "stderr.txt"),
+            "job": str(run / "job.bin"), "results": str(results),
+            "report": str(run / "report.json"), "num_cases": len(cases),
             "startup_wall_s": STARTUP_S, "startup_cpu_s": STARTUP_S, "case_wall_s": case_wall,
-            "cpu_total_s": int(STARTUP_S + len(cases) * (time_limit + 2)),
+            "case_cpu_s": time_limit, "cpu_total_s": int(STARTUP_S + len(cases) * (time_limit + 2)),
             "as_bytes": memory << 20, "fsize_bytes": ex.output_mb << 20, "nofile": 256,
-            "nproc": nproc, "uid": uid, "keep_read_search": keep_read_search,
-            "read_dirs": read_dirs, "landlock": True, "max_timeouts": MAX_TIMEOUTS,
+            "nproc": nproc, "uid": uid, "read_dirs": _read_dirs(lang, harness), "landlock": True,
+            "max_timeouts": MAX_TIMEOUTS,
         }
-        spec_path = wrapper / "spec.json"
+        spec_path = run / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         overall = (STARTUP_S + case_wall + 5) * (len(cases) + 1)
         code, log = _spawn_supervisor(spec_path, overall)
         try:
-            report = json.loads((wrapper / "report.json").read_text(encoding="utf-8"))
+            report = json.loads((run / "report.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             message = f"沙箱监督进程异常退出（{code}）：{log}"
             verdicts = [CaseVerdict(i, c.name, c.visible, "SE", message) for i, c in enumerate(cases)]
             return JudgeResult(ex, verdicts, {}, time.monotonic() - began, message)
 
         verdicts = [
-            _verdict(lang, ex, case, i, raw, report["startup"], box, time_limit)
+            _verdict(lang, ex, case, i, raw, report["startup"], run, time_limit)
             for i, (case, raw) in enumerate(zip(cases, report["cases"]))
         ]
         sandbox = {
-            "uid": uid, "read_search_capability": keep_read_search,
+            "uid": uid, "namespaces": uid is not None,
             "landlock_abi": report["landlock_abi"], "cpu_s": time_limit, "memory_mb": memory,
             "max_processes": ex.max_processes, "output_mb": ex.output_mb,
             "programs": report["programs"], "stray_killed": report["stray_killed"],
@@ -498,7 +583,7 @@ def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
             message = verdicts[0].message
         return JudgeResult(ex, verdicts, sandbox, time.monotonic() - began, message)
     finally:
-        _remove(wrapper)
+        _remove(run)
 
 
 def _remove(folder: Path) -> None:

@@ -1,15 +1,22 @@
 """The sandbox supervisor: runs a learner's program, case by case, under limits.
 
 The judge starts it as `python -I -S sandbox.py SPEC.json` (standard library only, single-threaded,
-so forking here is safe even when the judge itself is a threaded web server). It
+so forking here is safe even when the judge itself is a threaded web server). It runs as the
+judge's user (root in CI) and it never opens, follows or trusts a path the sandbox can change:
+the program's stdout/stderr files, the job file and the results live in the judge's run folder,
+which the sandboxed uid cannot write (and, under Landlock, not even read); the program gets them
+as open descriptors. It
 
 * becomes a child subreaper, so every process the learner's program starts, even one that calls
   setsid() and double-forks, stays in this process's tree and is found and killed at the end;
-* starts the learner's program (the "harness", see harness_py.py) in its own session, as an
-  unprivileged per-run uid when running as root, with rlimits and Landlock applied just before exec;
-* reads JSON-lines events from a pipe ("ready", "start" i, "end" i, "finish") and enforces a
-  wall-clock deadline per case; when the program crashes or overruns on case i, case i gets its
-  verdict and a fresh program is started at case i + 1;
+* starts the harness (harness_py.py) in its own session, as an unprivileged per-run uid with no
+  capabilities when running as root, in fresh mount/network/IPC/UTS namespaces, with rlimits,
+  Landlock and a seccomp filter applied just before exec;
+* reads the harness's messages from a pipe ("ready", "start" i, "end" i + the output, "lost",
+  "finish"), writes each case's output into the results folder, and enforces per case a CPU
+  limit and a wall-clock deadline itself: CPU time is the whole process tree's, read from /proc
+  and from this process's reaped children, never a number the program reports; when the program
+  crashes or overruns on case i, case i gets its verdict and a fresh program starts at case i + 1;
 * kills and reaps the whole process tree after each program, and writes a JSON report.
 
 It never looks at what the learner's outputs mean: the judge compares them, in its own process.
@@ -27,10 +34,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import frames  # noqa: E402
 import linux  # noqa: E402
+import seccomp  # noqa: E402
 
-MAX_EVENT_BYTES = 1 << 20  # per program; a flood of events ends the program
-MAX_TEXT = 8000  # characters kept from any string in an event
+MAX_OUTPUT = 32 << 20  # one case's output (the harness enforces the same)
+CPU_SLACK_S = 0.25  # the tree may run this much past a case's CPU limit before it is killed
+POLL_S = 0.1
+_TICK = os.sysconf("SC_CLK_TCK")
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Terminated(Exception):
@@ -50,12 +62,15 @@ class Supervisor:
         self.stray_killed = 0
         self.programs = 0
         self.landlock = linux.landlock_abi() if spec.get("landlock", True) else 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _OPEN_FLAGS
+        self.out_fd = os.open(spec["stdout"], flags, 0o600)
+        self.err_fd = os.open(spec["stderr"], flags, 0o600)
 
     # ---- process tree -------------------------------------------------------------------------
     @staticmethod
-    def _descendants() -> list[tuple[int, bool]]:
-        """(pid, is_zombie) of every process below this one, read from /proc."""
-        children: dict[int, list[tuple[int, bool]]] = {}
+    def _descendants() -> list[tuple[int, bool, int]]:
+        """(pid, is_zombie, CPU ticks incl. reaped children) of every process below this one."""
+        children: dict[int, list[tuple[int, bool, int]]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -65,16 +80,35 @@ class Supervisor:
             except OSError:
                 continue
             fields = stat[stat.rindex(b")") + 2:].split()
-            children.setdefault(int(fields[1]), []).append((int(name), fields[0] == b"Z"))
+            ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+            children.setdefault(int(fields[1]), []).append((int(name), fields[0] == b"Z", ticks))
         found, todo = [], [os.getpid()]
         while todo:
-            for pid, zombie in children.get(todo.pop(), []):
-                found.append((pid, zombie))
-                todo.append(pid)
+            for entry in children.get(todo.pop(), []):
+                found.append(entry)
+                todo.append(entry[0])
         return found
 
+    def tree_cpu(self) -> float:
+        """CPU seconds used so far by everything this supervisor started: live processes (with
+        the children they reaped) plus the processes this one reaped."""
+        own = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return sum(t for _, _, t in self._descendants()) / _TICK + own.ru_utime + own.ru_stime
+
+    def tree_rss_mb(self) -> float:
+        peak = 0
+        for pid, _, _ in self._descendants():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
+        return round(peak / 1024, 1)
+
     def _signal_tree(self) -> set[int]:
-        live = {pid for pid, zombie in self._descendants() if not zombie}
+        live = {pid for pid, zombie, _ in self._descendants() if not zombie}
         for pid in live:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -104,24 +138,24 @@ class Supervisor:
     def _preexec(self) -> None:
         spec = self.spec
         cpu_hard = int(spec["cpu_total_s"])
-        resource.setrlimit(resource.RLIMIT_CPU, (min(int(spec["startup_cpu_s"]), cpu_hard), cpu_hard))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_hard, cpu_hard + 1))
         resource.setrlimit(resource.RLIMIT_AS, (spec["as_bytes"], spec["as_bytes"]))
         resource.setrlimit(resource.RLIMIT_FSIZE, (spec["fsize_bytes"], spec["fsize_bytes"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (spec["nofile"], spec["nofile"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
         if spec.get("uid") is not None:
-            linux.drop_to_user(spec["uid"], spec.get("keep_read_search", False))
+            linux.isolate(spec["read_dirs"])
+            linux.drop_to_user(spec["uid"])
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         if self.landlock:
             linux.restrict_filesystem(
                 self.landlock, spec["read_dirs"], [spec["cwd"]], ["/dev/null"]
             )
-        else:
-            linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+        seccomp.install()
 
-    def _open_output(self, key: str) -> int:
-        return os.open(self.spec[key], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    def _sizes(self) -> dict:
+        return {"out": os.fstat(self.out_fd).st_size, "err": os.fstat(self.err_fd).st_size}
 
     def _run_program(self, start: int) -> int:
         """Run the program from case `start`; return the first case it did not finish (n when it
@@ -129,12 +163,12 @@ class Supervisor:
         spec = self.spec
         self.programs += 1
         read_fd, write_fd = os.pipe()
-        out_fd, err_fd = self._open_output("stdout"), self._open_output("stderr")
+        job_fd = os.open(spec["job"], os.O_RDONLY | _OPEN_FLAGS)
         try:
             proc = subprocess.Popen(
-                [*spec["argv"], str(start), str(write_fd)],
+                [*spec["argv"], str(start), str(write_fd), str(job_fd)],
                 cwd=spec["cwd"], env=spec["env"], stdin=subprocess.DEVNULL,
-                stdout=out_fd, stderr=err_fd, pass_fds=(write_fd,),
+                stdout=self.out_fd, stderr=self.err_fd, pass_fds=(write_fd, job_fd),
                 start_new_session=True, preexec_fn=self._preexec,
             )
         except (OSError, subprocess.SubprocessError) as e:
@@ -142,17 +176,15 @@ class Supervisor:
             return self.n
         finally:
             os.close(write_fd)
-            os.close(out_fd)
-            os.close(err_fd)
+            os.close(job_fd)
         os.set_blocking(read_fd, False)
         run = _ProgramRun(self, start)
         while run.failure is None:
-            run.pump(read_fd, timeout=0.05)
+            run.pump(read_fd, timeout=POLL_S)
             if proc.poll() is not None:
-                run.pump(read_fd, timeout=0)  # events written just before exiting
+                run.pump(read_fd, timeout=0)  # messages written just before exiting
                 break
-            if time.monotonic() > run.deadline:
-                run.failure = {"status": "tle", "reason": "wall"}
+            run.check_limits()
         ready, current, case_start = run.ready, run.current, run.case_start
         next_case, failure = run.next_case, run.failure
 
@@ -166,7 +198,7 @@ class Supervisor:
         if next_case >= self.n:
             return self.n
         if failure is None:
-            failure = _exit_failure(returncode, killed_by_us)
+            failure = run.lost or _exit_failure(returncode, killed_by_us)
         if current is None:
             # The program died or stalled outside any case: before its first case (import) or
             # between cases. Before the first case there is nothing to retry.
@@ -175,11 +207,19 @@ class Supervisor:
                     self.startup = {**failure, "status": "startup_" + failure["status"]}
                 return self.n
             current = next_case
-            self.results[current] = {"status": "running"}
+            self.results[current] = {"status": "running", **run.offsets()}
         elapsed = time.monotonic() - case_start if case_start is not None else None
         self.results[current] = {**self.results[current], **failure, "wall_s": elapsed,
-                                 "strays": strays}
+                                 "strays": strays, **run.ends(), "cpu_s": run.case_cpu()}
         return current + 1
+
+    def _save_output(self, case: int, payloads: list[bytes]) -> None:
+        for suffix, data in zip((".json", ".safetensors"), payloads):
+            if suffix == ".json" or data:
+                path = os.path.join(self.spec["results"], f"out-{case}{suffix}")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _OPEN_FLAGS, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
 
     def run(self) -> dict:
         start, max_timeouts = 0, int(self.spec.get("max_timeouts", 2))
@@ -199,7 +239,7 @@ class Supervisor:
 
 
 class _ProgramRun:
-    """What one program has reported so far, and when it must report next."""
+    """What one program has reported so far, and the limits it runs against."""
 
     def __init__(self, supervisor: Supervisor, start: int):
         self.sup = supervisor
@@ -208,10 +248,32 @@ class _ProgramRun:
         self.case_start: float | None = None
         self.next_case = start
         self.failure: dict | None = None
-        self.buffer = b""
-        self.total = 0
+        self.lost: dict | None = None
+        self.reader = frames.Reader(MAX_OUTPUT + (1 << 20))
         self.eof = False
         self.deadline = time.monotonic() + float(supervisor.spec["startup_wall_s"])
+        self.cpu_limit = float(supervisor.spec["startup_cpu_s"])
+        self.cpu_base = supervisor.tree_cpu()
+        self.cpu_used = 0.0
+
+    def offsets(self) -> dict:
+        sizes = self.sup._sizes()
+        return {"out_start": sizes["out"], "err_start": sizes["err"]}
+
+    def ends(self) -> dict:
+        sizes = self.sup._sizes()
+        return {"out_end": sizes["out"], "err_end": sizes["err"]}
+
+    def case_cpu(self) -> float:
+        """CPU seconds since the last case ended (or the program became ready): what the
+        program did between cases counts towards the next case."""
+        return round(self.sup.tree_cpu() - self.cpu_base, 3)
+
+    def check_limits(self) -> None:
+        if time.monotonic() > self.deadline:
+            self.failure = {"status": "tle", "reason": "wall"}
+        elif self.case_cpu() > self.cpu_limit + CPU_SLACK_S:
+            self.failure = {"status": "tle", "reason": "cpu"}
 
     def pump(self, fd: int, timeout: float) -> None:
         if self.eof:
@@ -219,69 +281,72 @@ class _ProgramRun:
             return
         wait = max(0.0, min(self.deadline - time.monotonic(), timeout))
         readable, _, _ = select.select([fd], [], [], wait)
+        messages = []
         while readable:
             try:
-                chunk = os.read(fd, 65536)
+                chunk = os.read(fd, 1 << 20)
             except BlockingIOError:
                 break
             if not chunk:
                 self.eof = True
                 break
-            self.total += len(chunk)
-            self.buffer += chunk
-            if self.total > MAX_EVENT_BYTES:
-                self.failure = {"status": "crashed", "message": "评测通道收到过多数据"}
+            try:
+                messages += self.reader.feed(chunk)
+            except frames.FrameError as e:
+                self.failure = {"status": "crashed", "message": f"评测通道出错：{e}"}
                 return
-        *lines, self.buffer = self.buffer.split(b"\n")
-        if len(self.buffer) > 65536:
-            self.failure = {"status": "crashed", "message": "评测通道收到过长的一行"}
-        for line in lines:
-            self.handle(_parse_event(line))
+        for header, payloads in messages:
+            self.handle(header, payloads)
 
-    def handle(self, event: dict) -> None:
+    def handle(self, event: dict, payloads: list[bytes]) -> None:
         sup, kind = self.sup, event.get("ev")
         case_wall = float(sup.spec["case_wall_s"])
         if kind == "ready" and not self.ready:
             self.ready = True
             sup.startup = {"status": "ok", "import_s": event.get("import_s")}
-            self.deadline = time.monotonic() + case_wall
+            self._next_case_limits(case_wall)
         elif kind == "import_error" and not self.ready:
-            sup.startup = {**{k: v for k, v in event.items() if k != "ev"}, "status": "import_error"}
+            sup.startup = {**_clean(event), "status": "import_error"}
         elif kind == "start" and self.ready and self.current is None \
                 and event.get("case") == self.next_case:
             self.current, self.case_start = self.next_case, time.monotonic()
-            sup.results[self.current] = {"status": "running", **_offsets(event)}
-            self.deadline = self.case_start + case_wall
+            sup.results[self.current] = {"status": "running", **self.offsets()}
         elif kind == "end" and self.current is not None and event.get("case") == self.current:
-            result = {**sup.results[self.current], **event}
-            result.pop("ev", None)
+            result = {**sup.results[self.current], **_clean(event), **self.ends(),
+                      "cpu_s": self.case_cpu(), "rss_mb": sup.tree_rss_mb()}
+            if result.get("status") == "ok":
+                if len(payloads) != 2:
+                    result = {**result, "status": "crashed", "message": "评测通道出错：没有输出"}
+                else:
+                    sup._save_output(self.current, payloads)
             sup.results[self.current] = result
             self.next_case, self.current = self.current + 1, None
-            self.deadline = time.monotonic() + case_wall
+            self._next_case_limits(case_wall)
+        elif kind == "lost":
+            self.lost = _lost_failure(event)
+
+    def _next_case_limits(self, case_wall: float) -> None:
+        self.deadline = time.monotonic() + case_wall
+        self.cpu_base = self.sup.tree_cpu()
+        self.cpu_limit = float(self.sup.spec["case_cpu_s"])
 
 
-def _offsets(event: dict) -> dict:
-    return {k: event[k] for k in ("out_start", "err_start") if isinstance(event.get(k), int)}
+_EVENT_KEYS = ("status", "exc_types", "exc_errno", "message", "traceback", "kind", "import_s")
 
 
-def _parse_event(line: bytes) -> dict:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return {}
-    if not isinstance(event, dict):
-        return {}
-    clean = {}
-    for key, value in list(event.items())[:32]:
-        if isinstance(value, str):
-            value = value[:MAX_TEXT]
-        elif isinstance(value, list):
-            value = [v[:200] if isinstance(v, str) else v for v in value[:32]
-                     if isinstance(v, (str, int, float))]
-        elif not isinstance(value, (int, float, bool)) and value is not None:
-            continue
-        clean[str(key)[:64]] = value
-    return clean
+def _clean(event: dict) -> dict:
+    return {k: event[k] for k in _EVENT_KEYS if k in event}
+
+
+def _lost_failure(event: dict) -> dict:
+    """The harness's word on how the worker ended (the harness is trusted; the worker is not)."""
+    if event.get("protocol"):
+        return {"status": "crashed", "message": str(event.get("message"))}
+    if isinstance(event.get("signal"), int):
+        return _exit_failure(-event["signal"], False)
+    if isinstance(event.get("exit_code"), int):
+        return {"status": "exited", "exit_code": event["exit_code"]}
+    return {"status": "crashed", "message": str(event.get("message"))}
 
 
 def _exit_failure(returncode: int, killed_by_us: bool) -> dict:
@@ -293,7 +358,11 @@ def _exit_failure(returncode: int, killed_by_us: bool) -> dict:
             return {"status": "output_limit"}
         if sig == signal.SIGKILL and killed_by_us:
             return {"status": "crashed", "signal": sig, "message": "被评测机终止"}
-        return {"status": "crashed", "signal": sig, "message": signal.Signals(sig).name}
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return {"status": "crashed", "signal": sig, "message": name}
     return {"status": "exited", "exit_code": returncode}
 
 
@@ -301,6 +370,7 @@ def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the judge, which sends SIGTERM
     linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)
     linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != spec["judge_pid"]:
@@ -312,7 +382,8 @@ def main() -> None:
         supervisor._clean_tree(-1, supervisor._signal_tree())
         raise SystemExit(1) from None
     tmp = spec["report"] + ".tmp"
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(report, f, ensure_ascii=False)
     os.replace(tmp, spec["report"])
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "store_kv.cu"
+#include "store_kv.h"
 #include "store_kv_check.h"
 
 int main() {

@@ -2,8 +2,10 @@
 // store_kv_kernel<V> with the launch rule of the statement, and compares every byte it was meant
 // to touch (and the poisoned bytes around them) with a plain host-side copy.
 //
-// Each program includes "store_kv.cu" (the learner's file) before this header and calls
-// check_store<V>(...) from main. Output: one line "<name> PASS" or a few lines describing the
+// Each program includes "store_kv.h" (the declaration of the learner's kernel; the learner's
+// store_kv.cu is compiled on its own, see learner_unit.cu) before this header and calls
+// check_store<V>(...) from main. Everything here has internal linkage (an unnamed namespace), so
+// no symbol the learner's unit defines can take the place of a helper at link time. Output: one line "<name> PASS" or a few lines describing the
 // first differences and then "<name> FAIL"; the exit status is 0 only on PASS.
 #pragma once
 #include <cuda_runtime.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 namespace check {
+namespace {
 
 #define CHECK_CUDA(call)                                                                   \
   do {                                                                                     \
@@ -197,4 +200,5 @@ int check_store(const Case& c, const std::vector<int32_t>& indices) {
   return ok ? 0 : 1;
 }
 
+}  // namespace
 }  // namespace check
