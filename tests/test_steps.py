@@ -57,8 +57,9 @@ def make_repo(root: Path, chapters: list[dict], files: dict[str, str]) -> Path:
             "docs": f"docs/chapters/ch{n:02d}.md",
             "files": ch.get("files", []),
         }
-        if "early" in ch:
-            entry["early"] = ch["early"]
+        for key in ("early", "rewrites"):
+            if key in ch:
+                entry[key] = ch[key]
         lines.append("[[chapter]]")
         lines += [
             f"{key} = {json.dumps(value, ensure_ascii=False)}" for key, value in entry.items()
@@ -115,6 +116,64 @@ def test_from_and_before_blocks(tmp_path):
     two = steps.file_at_chapter(PKG + "__init__.py", 2, manifest)
     assert one == "VERSION = 1\nOLD = True\n"
     assert two == "VERSION = 1\nNEW_IN_TWO = True\n"
+
+
+def rewrite_repo(tmp_path: Path) -> Path:
+    """Chapter 1 adds main.py, chapter 3 replaces it whole; each version has its own markers."""
+    main, older = PKG + "main.py", "tools/chapters/before-ch03/" + PKG + "main.py"
+    files = {
+        PKG + "__init__.py": "",
+        main: src("NEW = 3", opens("ch04"), "FOUR = 4", closes("ch04")),
+        older: src(
+            "OLD = 1",
+            opens("ch02"),
+            "TWO = 2",
+            closes("ch02"),
+            opens("before ch02"),
+            "# ONE = 1",
+            closes("before ch02"),
+        ),
+    }
+    chapters = [
+        {"number": 1, "files": [PKG + "__init__.py", main]},
+        {"number": 2},
+        {"number": 3, "rewrites": [main]},
+        {"number": 4},
+    ]
+    return make_repo(tmp_path, chapters, files)
+
+
+def test_a_rewritten_file_is_its_older_version_before_the_rewrite(tmp_path):
+    manifest = steps.load_manifest(rewrite_repo(tmp_path / "repo"))
+    texts = [steps.file_at_chapter(PKG + "main.py", n, manifest) for n in (1, 2, 3, 4)]
+    assert texts == ["OLD = 1\nONE = 1\n", "OLD = 1\nTWO = 2\n", "NEW = 3\n",
+                     "NEW = 3\nFOUR = 4\n"]
+    dest = steps.materialize(2, tmp_path / "out", manifest)
+    assert (dest / PKG / "main.py").read_text() == "OLD = 1\nTWO = 2\n"
+    marks = [steps.status(manifest, PKG + "main.py", n) for n in (1, 2, 3, 4)]
+    assert marks == [steps.NEW, steps.MODIFIED, steps.MODIFIED, steps.MODIFIED]
+    assert "main.py  ← 本章修改" in steps.tree_text(3, manifest)
+    assert not [p for p in steps.validate(manifest) if p.error]
+
+
+def test_rewrite_problems(tmp_path):
+    root = rewrite_repo(tmp_path)
+    older = root / "tools/chapters/before-ch03" / PKG / "main.py"
+    older.write_text(src("OLD = 1", opens("ch03"), "X = 3", closes("ch03")))
+    problems = {p.message: p for p in steps.validate(steps.load_manifest(root))}
+    stale = (f"tools/chapters/before-ch03/{PKG}main.py: marker for chapter 3, but this version "
+             f"of {PKG}main.py is in force in chapters 1 to 2, so the marker changes nothing")
+    assert not problems[stale].error
+    older.unlink()
+    problems = {p.message: p for p in steps.validate(steps.load_manifest(root))}
+    missing = (f"chapter 3 rewrites {PKG}main.py, but its older version "
+               f"tools/chapters/before-ch03/{PKG}main.py does not exist")
+    assert problems[missing].error
+    manifest = (root / "tools" / "chapters.toml").read_text()
+    manifest = manifest.replace(f'rewrites = ["{PKG}main.py"]', f'rewrites = ["{PKG}nope.py"]')
+    (root / "tools" / "chapters.toml").write_text(manifest)
+    problems = {p.message: p for p in steps.validate(steps.load_manifest(root))}
+    assert problems[f"chapter 3 rewrites {PKG}nope.py, which no earlier chapter adds"].error
 
 
 def test_before_blocks_must_be_commented_out_so_the_final_engine_skips_them():

@@ -23,8 +23,18 @@ example, a function that chapter NN replaces by a faster one:
         #  <<< chNN
 
 NN is a chapter number (`ch5` and `ch05` are the same). Marker lines never appear in a built tree,
-and blocks do not nest. A file is *modified* in chapter N when it carries a marker for N and was
-added in an earlier chapter.
+and blocks do not nest.
+
+Keep markers few and readable. The rule: a `before` block longer than about 10 lines becomes a file
+of its own. The chapter that replaces the code lists the path under `rewrites` in its manifest
+entry, and the older version is kept, as ordinary code, at
+
+    tools/chapters/before-chNN/<path>     the whole file as it stands before chapter NN
+
+Trees before chapter NN take that file in place of `<path>`; the source tree holds only the final
+version. The older version may carry markers of its own for the chapters it lives through, and a
+file rewritten twice has one older version per rewrite. A file is *modified* in chapter N when it
+was added in an earlier chapter and N rewrites it or it carries a marker for N.
 
 Exercises are folders `practice/exercises/<id>-<slug>/` whose meta.toml names their chapter (`chapter = 19`
 for 202); the folder may be absent.
@@ -82,6 +92,7 @@ class Chapter:
     docs: str
     files: list[str]
     early: list[str] = field(default_factory=list)
+    rewrites: list[str] = field(default_factory=list)  # earlier files this chapter replaces whole
 
     def added(self) -> list[str]:
         """Every file this chapter brings into the tree."""
@@ -93,12 +104,15 @@ class Manifest:
     root: Path
     chapters: list[Chapter]
     added_in: dict[str, int] = field(default_factory=dict)  # path -> chapter that adds it
-    _parsed: dict[str, list[tuple[str, Cond | None]]] = field(default_factory=dict, repr=False)
+    rewritten_in: dict[str, list[int]] = field(default_factory=dict)  # path -> chapters, in order
+    _parsed: dict[str, list[tuple[str, Condition]]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for ch in self.chapters:
             for path in ch.added():
                 self.added_in.setdefault(path, ch.number)
+            for path in ch.rewrites:
+                self.rewritten_in.setdefault(path, []).append(ch.number)
 
     def chapter(self, n: int) -> Chapter:
         for ch in self.chapters:
@@ -109,13 +123,32 @@ class Manifest:
     def upto(self, n: int) -> list[Chapter]:
         return [ch for ch in self.chapters if ch.number <= n]
 
-    def parsed(self, path: str) -> list[tuple[str, Cond | None]]:
-        """The file's lines, each with the condition under which it exists (cached)."""
+    def versions(self, path: str) -> list[Version]:
+        """Where the text of `path` comes from, chapter by chapter; one version unless rewritten."""
+        rewrites = self.rewritten_in.get(path, [])
+        firsts = [self.added_in.get(path, 0), *rewrites]
+        sources = [older_version(path, m) for m in rewrites] + [path]
+        return [Version(*v) for v in zip(sources, firsts, [*rewrites, None])]
+
+    def parsed(self, path: str) -> list[tuple[str, Condition]]:
+        """The file's lines, each with the condition under which it exists (cached).
+
+        For a rewritten file: the lines of every version, each also bound to its version's chapters.
+        """
         if path not in self._parsed:
-            file = self.root / path
-            text = read_text(file) if file.is_file() else ""  # a missing file is reported elsewhere
-            self._parsed[path] = parse_markers(text, path)
+            versions = self.versions(path)
+            if len(versions) == 1:
+                self._parsed[path] = self.parse(path)
+            else:
+                self._parsed[path] = [(line, InVersion(v.first, v.until, cond))
+                                      for v in versions for line, cond in self.parse(v.source)]
         return self._parsed[path]
+
+    def parse(self, source: str) -> list[tuple[str, Cond | None]]:
+        """The markers of one file as it is on disk (one version of a rewritten file)."""
+        file = self.root / source
+        text = read_text(file) if file.is_file() else ""  # a missing file is reported elsewhere
+        return parse_markers(text, source)
 
 
 def load_manifest(root: Path | str | None = None, path: Path | str | None = None) -> Manifest:
@@ -134,6 +167,7 @@ def load_manifest(root: Path | str | None = None, path: Path | str | None = None
             docs=c.get("docs", f"docs/chapters/ch{int(c['number']):02d}.md"),
             files=list(c.get("files", [])),
             early=list(c.get("early", [])),
+            rewrites=list(c.get("rewrites", [])),
         )
         for c in data.get("chapter", [])
     ]
@@ -155,6 +189,41 @@ class Cond:
     def holds(self, n: int) -> bool:
         return n < self.chapter if self.before else n >= self.chapter
 
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a file: its text is in `source` from chapter `first` until (before) `until`."""
+
+    source: str
+    first: int
+    until: int | None  # None: the file in the source tree, the final version
+
+
+def older_version(path: str, chapter: int) -> str:
+    """Where the version of `path` that chapter `chapter` replaces is kept."""
+    return f"tools/chapters/before-ch{chapter:02d}/{path}"
+
+
+@dataclass(frozen=True)
+class InVersion:
+    """A line of one version of a rewritten file: it exists while its version is in force and,
+    inside a marker block of that version, where the marker holds too."""
+
+    first: int
+    until: int | None
+    marker: Cond | None
+
+    @property
+    def before(self) -> bool:  # the line is commented out in its file (see _line_at)
+        return self.marker is not None and self.marker.before
+
+    def holds(self, n: int) -> bool:
+        in_force = self.first <= n and (self.until is None or n < self.until)
+        return in_force and (self.marker is None or self.marker.holds(n))
+
+
+Condition = Cond | InVersion | None
 
 MARKER = re.compile(r"(>>>|<<<)\s*(before\s+)?ch(\d+)")
 LOOKS_LIKE_MARKER = re.compile(r"(>>>|<<<)\s*(before\s|ch\d)")
@@ -211,12 +280,12 @@ def parse_markers(text: str, path: str) -> list[tuple[str, Cond | None]]:
     return lines
 
 
-def render(lines: list[tuple[str, Cond | None]], n: int) -> str:
+def render(lines: list[tuple[str, Condition]], n: int) -> str:
     """The text at chapter n; lines of a `before` block that holds come back uncommented."""
     return "".join(_line_at(line, cond, n) for line, cond in lines)
 
 
-def _line_at(line: str, cond: Cond | None, n: int) -> str:
+def _line_at(line: str, cond: Condition, n: int) -> str:
     if cond is None:
         return line
     if not cond.holds(n):
@@ -224,8 +293,14 @@ def _line_at(line: str, cond: Cond | None, n: int) -> str:
     return COMMENTED.sub(r"\1", line, count=1) if cond.before else line
 
 
-def marker_chapters(manifest: Manifest, path: str) -> set[int]:
-    return {cond.chapter for _, cond in manifest.parsed(path) if cond is not None}
+def changed_in(manifest: Manifest, path: str) -> set[int]:
+    """The chapters whose markers or rewrites change `path`."""
+    found = set(manifest.rewritten_in.get(path, []))
+    for _, cond in manifest.parsed(path):
+        marker = cond.marker if isinstance(cond, InVersion) else cond
+        if marker is not None:
+            found.add(marker.chapter)
+    return found
 
 
 def read_text(path: Path) -> str:
@@ -260,27 +335,56 @@ def validate(manifest: Manifest) -> list[Problem]:
     problems = [*_check_listing(manifest)]
     known = {ch.number for ch in manifest.chapters}
     last = max(known, default=0)
+    problems += _check_rewrites(manifest)
     for path, added in manifest.added_in.items():
         if not (manifest.root / path).is_file():
             continue
-        try:
-            chapters = marker_chapters(manifest, path)
-        except StepsError as e:
-            problems.append(Problem(True, str(e), added))
-            continue
-        for m in sorted(chapters):
-            if m not in known and not last < m <= LAST_PLANNED_CHAPTER:
-                problems.append(Problem(False, f"{path}: marker for unknown chapter {m}"))
-            elif m <= added:
-                problems.append(
-                    Problem(
-                        False,
-                        f"{path}: marker for chapter {m}, but the file "
-                        f"is added in chapter {added}, so the marker changes nothing",
+        for version in manifest.versions(path):
+            if not (manifest.root / version.source).is_file():
+                continue  # _check_rewrites reports it
+            try:
+                chapters = {cond.chapter for _, cond in manifest.parse(version.source) if cond}
+            except StepsError as e:
+                problems.append(Problem(True, str(e), added))
+                continue
+            for m in sorted(chapters):
+                if m not in known and not last < m <= LAST_PLANNED_CHAPTER:
+                    problems.append(
+                        Problem(False, f"{version.source}: marker for unknown chapter {m}")
                     )
-                )
+                elif m <= version.first or (version.until is not None and m >= version.until):
+                    problems.append(
+                        Problem(
+                            False,
+                            f"{version.source}: marker for chapter {m}, but this version of "
+                            f"{path} is in force {_span(version)}, so the marker changes nothing",
+                        )
+                    )
     problems += _unlisted_package_files(manifest)
     return problems
+
+
+def _span(version: Version) -> str:
+    if version.until is None:
+        return f"from chapter {version.first} on"
+    return f"in chapters {version.first} to {version.until - 1}"
+
+
+def _check_rewrites(manifest: Manifest):
+    for path, chapters in manifest.rewritten_in.items():
+        added = manifest.added_in.get(path)
+        for m in chapters:
+            if added is None or added >= m:
+                yield Problem(
+                    True, f"chapter {m} rewrites {path}, which no earlier chapter adds", m
+                )
+            elif not (manifest.root / older_version(path, m)).is_file():
+                yield Problem(
+                    True,
+                    f"chapter {m} rewrites {path}, but its older version "
+                    f"{older_version(path, m)} does not exist",
+                    m,
+                )
 
 
 def _check_listing(manifest: Manifest):
@@ -342,7 +446,7 @@ def status(manifest: Manifest, path: str, n: int) -> str | None:
     added = manifest.added_in[path]
     if added == n:
         return EARLY if path in manifest.chapter(n).early else NEW
-    return MODIFIED if n in marker_chapters(manifest, path) else None
+    return MODIFIED if n in changed_in(manifest, path) else None
 
 
 def materialize(n: int, dest: Path | str, manifest: Manifest | None = None) -> Path:
