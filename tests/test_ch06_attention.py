@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.attention import TorchNativeBackend
+from minisgl.attention import TorchNativeBackend, create_attn_backend
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
@@ -73,3 +73,15 @@ def test_paged_attention_equals_dense(setup, case):
         start += new
     # the new K/V rows are now in the pool at their slots
     torch.testing.assert_close(pool.k_cache(1)[batch.out_loc], new_k)
+
+
+def test_factory_builds_backends_by_name_on_the_pool_and_page_table(setup):
+    pool, page_table, _ = setup
+    for name in ("torch", "auto"):  # auto: torch until a faster backend exists for the device
+        backend = create_attn_backend(name, pool, page_table, NQ, NKV)
+        assert isinstance(backend, TorchNativeBackend)
+        assert backend.kv_cache is pool and backend.page_table is page_table
+    with pytest.raises(ValueError, match="unknown attention backend 'flash'"):
+        create_attn_backend("flash", pool, page_table, NQ, NKV)
+    with pytest.raises(ValueError, match="cannot share"):
+        create_attn_backend("torch", pool, page_table, 5, NKV)
