@@ -104,15 +104,35 @@ def test_port_in_use_is_one_clear_error_before_loading(smollm2_dir):
     assert time.monotonic() - start < 60
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--model", "/no/such/folder"], "error: "),
-    (["--port", "70000"], "port must be in 1..65535"),
-    (["--tp", "2"], "tensor parallelism arrives in chapter 17"),
-    (["--num-tokenizer", "0"], "num_tokenizer must be >= 1"),
+@pytest.mark.parametrize(("args", "message", "code"), [
+    (["--model", "/no/such/folder"], "error: ", 1),  # not a flag's form: a model not found
+    (["--port", "70000"], "port must be in 1..65535", 2),
+    (["--tp", "2"], "tensor parallelism arrives in chapter 17", 2),
+    (["--num-tokenizer", "0"], "num_tokenizer must be >= 1", 2),
+    (["--max-body-bytes", "0"], "max_body_bytes must be >= 1", 2),
+    (["--device", "warp-drive"], "--device warp-drive: not a device name", 2),
+    (["--device", "mps"], "only cuda and cpu are supported", 2),
 ])
-def test_bad_flags_are_one_line_errors(args, message, smollm2_dir):
+def test_bad_flags_are_one_line_errors(args, message, code, smollm2_dir):
     if "--model" not in args:
         args = ["--model", str(smollm2_dir), *args]
     result = run_cli(*args)
-    assert result.returncode == 1
+    assert result.returncode == code
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_cuda_without_cuda_fails_before_loading(smollm2_dir):
+    """--device cuda on a machine without CUDA: one line, exit code 2, nothing loaded."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for device in ("cuda", "cuda:1"):
+        start = time.monotonic()
+        result = run_cli("--model", str(smollm2_dir), "--device", device)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip() == (f"error: --device {device}: CUDA is not available on "
+                                         f"this machine (torch {torch.__version__}); use --device "
+                                         f"cpu")
+        assert time.monotonic() - start < 60  # no model load, no worker process

@@ -40,7 +40,13 @@ message(SamplingParams)  # travels inside the request messages
 
 
 def encode(msgs: list[Any]) -> bytes:
-    return msgpack.packb([_to_wire(m) for m in msgs], use_bin_type=True)
+    """The frame of `msgs`; a value msgpack cannot carry (an integer beyond 64 bits, a string
+    with a lone surrogate) is a MessageError, so the sender can fail that one request."""
+    wire = [_to_wire(m) for m in msgs]  # an unregistered type is a bug: its TypeError stays
+    try:
+        return msgpack.packb(wire, use_bin_type=True)
+    except (OverflowError, UnicodeEncodeError, ValueError) as e:
+        raise MessageError(f"cannot encode {type(msgs[0]).__name__}: {e}") from None
 
 
 def decode(frame: bytes) -> list[Any]:

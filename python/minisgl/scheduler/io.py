@@ -3,10 +3,15 @@
 The loop never sleeps while there is work: it takes whatever messages have arrived without
 waiting, runs one step, and sends that step's tokens as one frame. Only an idle scheduler blocks
 on its socket, so a new request wakes it at once.
+
+A request is checked again at admission (token ids inside the vocabulary, sampling parameters the
+sampler can compute) even though the API server validates it first: one bad request must fail
+alone, with an error reply, and never reach a forward pass that it would break for the whole batch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +33,10 @@ from .config import SchedulerConfig
 from .scheduler import Scheduler, TokenOutput
 
 logger = init_logger(__name__)
+
+# Below this, dividing fp32 logits by the temperature can overflow to inf (and softmax to NaN);
+# the API server treats such temperatures as greedy, as the sampler's argmax would pick anyway.
+MIN_TEMPERATURE = 1e-5
 
 
 class SchedulerIO:
@@ -55,11 +64,12 @@ class SchedulerIO:
         replies: list[Any] = []
         for msg in msgs:
             if isinstance(msg, UserMsg):
-                self._prompt_lens[msg.uid] = len(msg.input_ids)
-                params = msg.sampling_params
-                if msg.fit_max_tokens:
-                    params = self._fit(params, len(msg.input_ids))
-                self.scheduler.add_request(msg.input_ids, params, uid=msg.uid)
+                error = self._admit(msg)
+                if error is not None:
+                    logger.warning("request %d refused: %s", msg.uid, error)
+                    replies.append(DetokenizeMsg(msg.uid, finished=True, finish_reason="error",
+                                                 error=error,
+                                                 prompt_tokens=self._prompt_lens.pop(msg.uid, 0)))
             elif isinstance(msg, AbortMsg):
                 # A request that already finished is not found: its last reply is on its way.
                 if self.scheduler.abort(msg.uid):
@@ -70,6 +80,36 @@ class SchedulerIO:
             else:
                 logger.warning("scheduler: ignoring a %s message", type(msg).__name__)
         return replies
+
+    def _admit(self, msg: UserMsg) -> str | None:
+        """Queue one request; why it cannot run, if it cannot. Nothing is allocated before
+        add_request has accepted it, so a refused request leaves the KV pool as it was."""
+        self._prompt_lens[msg.uid] = len(msg.input_ids)
+        try:
+            error = self._check_request(msg)
+            if error is not None:
+                return error
+            params = msg.sampling_params
+            if msg.fit_max_tokens:
+                params = self._fit(params, len(msg.input_ids))
+            self.scheduler.add_request(msg.input_ids, params, uid=msg.uid)
+        except Exception as e:  # a bug that one request triggers must not stop the others
+            logger.exception("request %d: admission failed", msg.uid)
+            self.scheduler.abort(msg.uid)  # frees whatever it may hold
+            return f"the server could not admit the request ({type(e).__name__})"
+        return None
+
+    def _check_request(self, msg: UserMsg) -> str | None:
+        vocab = self.scheduler.engine.model_config.vocab_size
+        bad = next((i for i in msg.input_ids if not 0 <= i < vocab), None)
+        if bad is not None:
+            return f"token id {bad} is outside the vocabulary [0, {vocab})"
+        p = msg.sampling_params
+        if not (p.top_k == -1 or 1 <= p.top_k <= vocab):
+            return f"top_k must be -1 (off) or in [1, {vocab}], got {p.top_k}"
+        if not (p.temperature == 0 or MIN_TEMPERATURE <= p.temperature < math.inf):
+            return f"temperature must be 0 or in [{MIN_TEMPERATURE}, inf), got {p.temperature}"
+        return None
 
     def _fit(self, params: SamplingParams, prompt_len: int) -> SamplingParams:
         """max_tokens lowered to what the context and the whole KV pool leave after the prompt.
@@ -87,6 +127,10 @@ class SchedulerIO:
     def _control(self, msg: ControlMsg) -> ControlReply:
         if msg.command == "stats":
             return ControlReply(msg.uid, True, memory_stats(self.scheduler))
+        if msg.command == "limits":  # what the API server checks requests against
+            engine = self.scheduler.engine
+            return ControlReply(msg.uid, True, {"vocab_size": engine.model_config.vocab_size,
+                                                "max_seq_len": engine.max_seq_len})
         if msg.command == "flush_cache":
             try:
                 self.scheduler.flush_cache()

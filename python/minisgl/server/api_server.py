@@ -8,30 +8,40 @@
     POST /flush_cache           drop the prefix cache (only while idle)
 
 A streaming response starts only after the request's first reply has arrived, so a request the
-engine refuses (a prompt longer than the context, say) still gets a 4xx status and a JSON error.
+engine refuses (a prompt longer than the context, say) still gets a 4xx status and a JSON error. A
+stream that fails later (the server shuts down) ends with an error event, then `data: [DONE]`.
+Every error, 404 and 405 included, has OpenAI's shape {"error": {message, type, param, code}};
+guard.py checks Host, Content-Type and body size before an endpoint runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from types import FrameType
+from typing import Any, TypeVar
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from minisgl.utils import init_logger
 
 from .frontend import FrontendClient, RequestStream
+from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .protocol import (
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    RequestLimits,
     parse_body,
 )
 from .stop import StopChecker
@@ -40,6 +50,8 @@ logger = init_logger(__name__)
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 CHAT_DEFAULT_MAX_TOKENS = 1 << 30  # chat: whatever the context has left (fit_max_tokens)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+T = TypeVar("T", bound=BaseModel)
 
 
 @dataclass
@@ -57,8 +69,8 @@ async def pieces(stream: RequestStream, stops: list[str], request: Request) -> A
     checker, completion = StopChecker(stops), 0
     try:
         async for reply in stream:
-            if reply.error is not None:
-                raise ApiError(400, reply.error)
+            if reply.error is not None:  # "abort" with an error: the server is shutting down
+                raise ApiError(503 if reply.finish_reason == "abort" else 400, reply.error)
             completion += len(reply.token_ids)
             text = checker.feed(reply.text)
             reason = "stop" if checker.stopped else reply.finish_reason
@@ -108,29 +120,52 @@ def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict
     async def events() -> AsyncIterator[bytes]:
         if first is not None:
             yield sse(first)
-        async with aclosing(gen):
-            async for piece in gen:
-                for data in render(piece):
-                    yield sse(data)
+        try:
+            async with aclosing(gen):
+                async for piece in gen:
+                    for data in render(piece):
+                        yield sse(data)
+        except ApiError as e:  # the status is sent already: the error goes in the stream
+            yield sse(e.body)
         yield sse("[DONE]")
 
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
-    """The app for one served model; model_names[0] is the name /v1/models reports."""
+def create_app(client: FrontendClient, model_names: list[str],
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               allowed_hosts: frozenset[str] | None = None) -> FastAPI:
+    """The app for one served model; model_names[0] is the name /v1/models reports.
+
+    allowed_hosts: the Host header values accepted (guard.loopback_hosts), None for any."""
+    limits: RequestLimits | None = None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        nonlocal limits
         client.start()
+        reply = await client.control("limits")  # the engine's vocabulary and context sizes
+        limits = RequestLimits(reply.info["vocab_size"], reply.info["max_seq_len"])
         yield
-        client.close()
+        await client.aclose()
 
     app = FastAPI(title="minisgl", lifespan=lifespan)
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> JSONResponse:
         return JSONResponse(e.body, status_code=e.status)
+
+    @app.exception_handler(HTTPException)  # unknown routes (404), wrong methods (405)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        message = {404: f"there is no endpoint {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}
+        error = ApiError(e.status_code, message.get(e.status_code, str(e.detail)),
+                         code=_HTTP_CODES.get(e.status_code))
+        return JSONResponse(error.body, status_code=e.status_code, headers=e.headers)
+
+    async def body(request: Request, cls: type[T]) -> T:
+        return parse_body(cls, await request.body(), limits)
 
     def check_model(name: str | None) -> str:
         if name is not None and name not in model_names:
@@ -160,7 +195,7 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        req = parse_body(ChatCompletionRequest, await request.body())
+        req = await body(request, ChatCompletionRequest)
         model = check_model(req.model)
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
         stream = client.submit(params, messages=req.chat(),
@@ -194,7 +229,7 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req = parse_body(CompletionRequest, await request.body())
+        req = await body(request, CompletionRequest)
         model = check_model(req.model)
         prompt = req.one_prompt()
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
@@ -223,11 +258,7 @@ def create_app(client: FrontendClient, model_names: list[str]) -> FastAPI:
 
     @app.post("/generate")
     async def generate(request: Request):
-        req = parse_body(GenerateRequest, await request.body())
-        if (req.text is None) == (req.input_ids is None):
-            raise ApiError(400, "give exactly one of 'text' and 'input_ids'")
-        if req.input_ids is not None and not req.input_ids:
-            raise ApiError(400, "'input_ids' is empty", param="input_ids")
+        req = await body(request, GenerateRequest)
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
         stream = client.submit(params, text=req.text, input_ids=req.input_ids)
         gen = await first_and_rest(pieces(stream, req.stop_strings, request))
@@ -251,3 +282,20 @@ async def collect(gen: AsyncIterator[Piece]) -> tuple[str, Piece, list[int]]:
         token_ids += piece.token_ids
         last = piece
     return text, last, token_ids
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn, plus: on SIGTERM or Ctrl-C every open request ends at once with an error (a
+    stream gets an error event and [DONE]), so the graceful shutdown that follows has no
+    connection left to wait for."""
+
+    def __init__(self, config: uvicorn.Config, client: FrontendClient) -> None:
+        super().__init__(config)
+        self.client = client
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A signal handler runs between two bytecodes of the event loop's thread: hand the work
+        # to the loop rather than touch its queues from here.
+        asyncio.get_running_loop().call_soon_threadsafe(self.client.fail_all,
+                                                        "the server is shutting down")
+        super().handle_exit(sig, frame)

@@ -1,9 +1,15 @@
-"""Command-line flags of `python -m minisgl`, with the official mini-sglang's names."""
+"""Command-line flags of `python -m minisgl`, with the official mini-sglang's names.
+
+A flag with a wrong value is a FlagError: one line and exit code 2 (as argparse's own errors),
+found before anything is loaded. That includes --device cuda on a machine without CUDA.
+"""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+
+import torch
 
 from minisgl.attention import BACKENDS
 from minisgl.engine.config import DTYPES
@@ -11,7 +17,12 @@ from minisgl.kvcache import PREFIX_CACHE_KINDS
 from minisgl.llm.llm import default_device, resolve_dtype
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.hf import default_model, resolve_model
-from minisgl.utils.misc import MinisglError
+
+from .guard import DEFAULT_MAX_BODY_BYTES
+
+
+class FlagError(Exception):
+    """A flag's value cannot work; the message names the flag."""
 
 
 @dataclass
@@ -20,6 +31,7 @@ class ServerArgs(SchedulerConfig):
     host: str = "127.0.0.1"  # loopback only unless --host says otherwise
     port: int = 1919
     num_tokenizer: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies are refused (413)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -27,6 +39,8 @@ class ServerArgs(SchedulerConfig):
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.num_tokenizer < 1:
             raise ValueError(f"num_tokenizer must be >= 1, got {self.num_tokenizer}")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,14 +78,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context length (default: the model's max_position_embeddings)")
     p.add_argument("--num-tokenizer", type=int, default=ServerArgs.num_tokenizer,
                    help="tokenizer worker processes")
+    p.add_argument("--max-body-bytes", type=int, default=ServerArgs.max_body_bytes,
+                   help="largest request body accepted, in bytes (default 8 MiB); larger ones "
+                        "get 413 before they are read")
     return p
 
 
+def check_device(device: str) -> None:
+    """The device must exist here: found now, not after seconds of loading in a worker."""
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        raise FlagError(f"--device {device}: not a device name (use cuda, cuda:N or cpu)") from None
+    if kind.type == "cpu":
+        return
+    if kind.type != "cuda":
+        raise FlagError(f"--device {device}: only cuda and cpu are supported")
+    if not torch.cuda.is_available():
+        raise FlagError(f"--device {device}: CUDA is not available on this machine "
+                        f"(torch {torch.__version__}); use --device cpu")
+    if kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise FlagError(f"--device {device}: this machine has {torch.cuda.device_count()} "
+                        f"CUDA device(s)")
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
-    """The server's settings and whether to run the shell. Bad values raise MinisglError."""
+    """The server's settings and whether to run the shell. A bad flag value raises FlagError, a
+    model that cannot be found MinisglError."""
     ns = build_parser().parse_args(argv)
     if ns.tp != 1:
-        raise MinisglError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+        raise FlagError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+    if ns.device is not None:
+        check_device(ns.device)
     if ns.model is None:
         picked = default_model(dummy_weight=ns.dummy_weight)
         name, path = picked.name, picked.path
@@ -85,7 +123,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             page_size=ns.page_size, num_pages=ns.num_pages, memory_ratio=ns.memory_ratio,
             max_running_reqs=ns.max_running_reqs, max_seq_len=ns.max_seq_len,
             cache_type=ns.cache_type, max_prefill_length=ns.max_prefill_length,
-            host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer)
+            host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer,
+            max_body_bytes=ns.max_body_bytes)
     except ValueError as e:
-        raise MinisglError(str(e)) from None
+        raise FlagError(str(e)) from None
     return args, ns.shell

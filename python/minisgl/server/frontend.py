@@ -3,6 +3,9 @@
 Both front doors use it: the HTTP API server and the interactive shell. One task reads the
 frontend socket and puts each reply on the queue of its request. A request always goes to the same
 tokenizer worker (uid % workers) as its abort later does, so the abort cannot overtake it.
+
+At shutdown `fail_all` ends every open request with an error reply, so each client hears why its
+answer stops instead of seeing the connection cut.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ import itertools
 from typing import Any
 
 from minisgl.core import SamplingParams
-from minisgl.message import AbortMsg, ControlMsg, ControlReply, TokenizeMsg, UserReply
+from minisgl.message import (
+    AbortMsg,
+    ControlMsg,
+    ControlReply,
+    MessageError,
+    TokenizeMsg,
+    UserReply,
+)
 from minisgl.utils import init_logger
 from minisgl.utils.mp import AsyncPullQueue, PushQueue
 
@@ -42,6 +52,10 @@ class RequestStream:
         if reply.finished:
             self.finished = True
             self._client._forget(self.uid)
+            if reply.finish_reason == "error":
+                # A worker other than the scheduler may have failed it (the detokenizer): make
+                # sure the scheduler stops it too. Aborting a finished request does nothing.
+                self._client._send(self.uid, AbortMsg(self.uid))
         return reply
 
     def close(self) -> None:
@@ -56,9 +70,11 @@ class FrontendClient:
     def __init__(self, tokenizer_addrs: list[str], recv_addr: str) -> None:
         self._senders = [PushQueue(addr) for addr in tokenizer_addrs]
         self._recv = AsyncPullQueue(recv_addr)
-        self._queues: dict[int, asyncio.Queue] = {}
+        self._queues: dict[int, asyncio.Queue] = {}  # requests' and control questions' replies
+        self._requests: set[int] = set()  # the uids of open requests
         self._uids = itertools.count()
         self._listener: asyncio.Task | None = None
+        self.closing: str | None = None  # set by fail_all: why no request is taken any more
 
     def start(self) -> None:
         """Start reading replies; call once from inside the running event loop."""
@@ -77,8 +93,26 @@ class FrontendClient:
         """Send one request (a prompt text, token ids, or a chat) and return its replies."""
         uid = next(self._uids)
         queue = self._queues[uid] = asyncio.Queue()
-        self._send(uid, TokenizeMsg(uid, params, text, input_ids, messages, fit_max_tokens))
+        self._requests.add(uid)
+        if self.closing is not None:
+            queue.put_nowait(self._closing_reply(uid))
+            return RequestStream(self, uid, queue)
+        try:
+            self._send(uid, TokenizeMsg(uid, params, text, input_ids, messages, fit_max_tokens))
+        except MessageError as e:  # a value the wire cannot carry: this request fails alone
+            queue.put_nowait(UserReply(uid, finished=True, finish_reason="error", error=str(e)))
         return RequestStream(self, uid, queue)
+
+    def fail_all(self, reason: str) -> None:
+        """End every open request now with an error reply (finish_reason "abort"), and every
+        later one at once; the scheduler is told to stop them. Call it in the event loop."""
+        self.closing = reason
+        for uid in list(self._requests):
+            self._queues[uid].put_nowait(self._closing_reply(uid))
+            self._send(uid, AbortMsg(uid))
+
+    def _closing_reply(self, uid: int) -> UserReply:
+        return UserReply(uid, finished=True, finish_reason="abort", error=self.closing)
 
     async def control(self, command: str, timeout: float = 30.0) -> ControlReply:
         """Ask the scheduler something ("stats", "flush_cache") and wait for its answer; the
@@ -96,8 +130,21 @@ class FrontendClient:
 
     def _forget(self, uid: int) -> None:
         self._queues.pop(uid, None)
+        self._requests.discard(uid)
+
+    async def aclose(self) -> None:
+        """Stop reading replies, then close the sockets (closing one that a pending read still
+        polls makes zmq report "Socket operation on non-socket")."""
+        if self._listener is not None:
+            self._listener.cancel()
+            try:
+                await self._listener
+            except asyncio.CancelledError:
+                pass
+        self.close()
 
     def close(self) -> None:
+        """Close the sockets at once; prefer `aclose` inside the event loop."""
         if self._listener is not None:
             self._listener.cancel()
         for sender in self._senders:

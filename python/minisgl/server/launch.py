@@ -29,9 +29,9 @@ from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.misc import MinisglError, run_main
-from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
 
-from .args import ServerArgs, parse_args
+from .args import FlagError, ServerArgs, parse_args
 
 logger = init_logger(__name__)
 
@@ -171,6 +171,8 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     sock = None if run_shell else bind_http_socket(args.host, args.port)
     if run_shell:  # keep the workers' INFO lines out of the conversation
         os.environ.setdefault("MINISGL_LOG_LEVEL", "WARNING")
+    for folder in remove_stale_ipc_dirs():
+        logger.info("removed %s, left by a launcher that was killed", folder)
     addrs = Addresses(private_ipc_dir(), args.num_tokenizer)
     workers = None
     try:
@@ -199,20 +201,27 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
 def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None:
     import uvicorn
 
-    from .api_server import create_app
+    from .api_server import ApiServer, create_app
     from .frontend import FrontendClient
+    from .guard import loopback_hosts
 
     client = FrontendClient(addrs.tokenizers, addrs.frontend)
     names = [args.model_name, args.model_path]
-    app = create_app(client, names)
+    app = create_app(client, names, max_body_bytes=args.max_body_bytes,
+                     allowed_hosts=loopback_hosts(args.host, args.port))
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
     logger.info("serving %s on http://%s:%d (OpenAI API at /v1)", args.model_name, args.host,
                 args.port)
-    uvicorn.Server(config).run(sockets=[sock])
+    ApiServer(config, client).run(sockets=[sock])
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(lambda: launch(*parse_args(argv)))
+    try:
+        args, run_shell = run_main(lambda: parse_args(argv))
+    except FlagError as e:  # a flag's value is wrong: exit code 2, as argparse's own errors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return run_main(lambda: launch(args, run_shell))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ stall every connection. So text work has processes of its own: `--num-tokenizer`
 workers turn requests into token ids, and one detokenizer turns each step's new tokens back into
 text pieces. There is one detokenizer because each request's streaming state (see detokenize.py)
 must live in one place.
+
+Each worker isolates requests from each other: a request that cannot be tokenized (a chat the
+template refuses) or detokenized gets an error reply and the worker goes on with the others. A
+tokenized request is sent on at once, so a long prompt does not hold back the short ones that
+arrived with it.
 """
 
 from __future__ import annotations
@@ -54,31 +59,49 @@ def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_
         PushQueue(frontend_addr)
     ready.put([ReadyMsg(name)])
     while True:
-        forward: list[Any] = []
-        failed: list[UserReply] = []
         for msg in recv.get_all(block=True):
             if isinstance(msg, TokenizeMsg):
                 try:
-                    forward.append(tokenize_request(tokenizer, msg))
+                    to_backend.put([tokenize_request(tokenizer, msg)])
                 except Exception as e:  # a bad chat (say, roles the template refuses)
-                    failed.append(UserReply(msg.uid, finished=True, finish_reason="error",
-                                            error=f"cannot tokenize the request: {e}"))
+                    to_frontend.put([UserReply(msg.uid, finished=True, finish_reason="error",
+                                               error=f"cannot tokenize the request: {e}")])
             elif isinstance(msg, (AbortMsg, ControlMsg)):
-                forward.append(msg)  # same socket as the request, so it arrives after it
+                to_backend.put([msg])  # same socket as the request, so it arrives after it
             else:
                 logger.warning("%s: ignoring a %s message", name, type(msg).__name__)
-        to_backend.put(forward)
-        to_frontend.put(failed)
 
 
 class DetokenizeManager:
-    """One streaming decoder per live request; a request's state goes when it finishes."""
+    """One streaming decoder per live request; a request's state goes when it finishes.
+
+    A request whose tokens cannot be decoded is failed alone: it gets one error reply (the
+    frontend then aborts it in the scheduler), and its later messages are dropped until its last
+    one arrives."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.streams: dict[int, IncrementalDetokenizer] = {}
+        self.failed: set[int] = set()
 
-    def process(self, msg: DetokenizeMsg) -> UserReply:
+    def process(self, msg: DetokenizeMsg) -> UserReply | None:
+        """The reply to send, or None for a message of a request that has already failed."""
+        if msg.uid in self.failed:
+            if msg.finished:
+                self.failed.discard(msg.uid)
+            return None
+        try:
+            return self._decode(msg)
+        except Exception as e:
+            logger.exception("request %d: cannot detokenize", msg.uid)
+            self.streams.pop(msg.uid, None)
+            if not msg.finished:
+                self.failed.add(msg.uid)
+            return UserReply(msg.uid, finished=True, finish_reason="error",
+                             error=f"cannot detokenize the answer ({type(e).__name__})",
+                             prompt_tokens=msg.prompt_tokens)
+
+    def _decode(self, msg: DetokenizeMsg) -> UserReply:
         stream = self.streams.get(msg.uid)
         if stream is None:
             stream = self.streams[msg.uid] = self.tokenizer.detokenizer()
@@ -101,7 +124,8 @@ def detokenize_worker(model_dir: str, recv_addr: str, frontend_addr: str, ready_
         replies: list[Any] = []
         for msg in recv.get_all(block=True):
             if isinstance(msg, DetokenizeMsg):
-                replies.append(manager.process(msg))
+                if (reply := manager.process(msg)) is not None:
+                    replies.append(reply)
             elif isinstance(msg, ControlReply):
                 replies.append(msg)
             else:

@@ -1,0 +1,160 @@
+"""Checks on every HTTP request before any endpoint sees it (an ASGI middleware).
+
+- Host: a server bound to a loopback address answers only requests addressed to it by that
+  address or `localhost`, with its port. A web page can otherwise reach it through DNS rebinding
+  (a name of the attacker's that first points at the attacker's server, then at 127.0.0.1): the
+  browser then sends that name in the Host header, and is refused with 421.
+- Content-Type: a POST must say `application/json`. A browser sends a cross-site POST without
+  asking the server first (no CORS preflight) only with text/plain, a form type or no body type,
+  so requiring JSON keeps any web page from driving a loopback server. 415 otherwise.
+- Body size: at most `max_body_bytes`. A Content-Length above it is refused with 413 before a
+  byte of the body is read; a chunked body is counted while it arrives and refused as soon as it
+  passes the limit. The endpoints then read the body from memory.
+- Anything an endpoint raises that is not an ApiError becomes a 500 in OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from minisgl.utils import init_logger
+
+from .protocol import ApiError
+
+logger = init_logger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DEFAULT_MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full 40k-token context as JSON, with room to spare
+
+
+def loopback_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host header values a server bound to host:port accepts; None when it is not bound
+    to a loopback address (then it serves the network on purpose and any name may be used)."""
+    if host != "localhost":
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                return None
+        except ValueError:  # a host name other than localhost
+            return None
+    names = {"localhost", f"[{host}]" if ":" in host else host}
+    allowed = {f"{name}:{port}" for name in names}
+    if port == 80:  # a browser leaves out the port when it is the scheme's default
+        allowed |= names
+    return frozenset(allowed)
+
+
+def is_json(content_type: str) -> bool:
+    """`application/json`, in any case, with or without parameters such as a charset."""
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
+
+
+class RequestGuard:
+    def __init__(self, app: App, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 allowed_hosts: frozenset[str] | None = None) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan events
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            error = self._check_headers(scope)
+            body = None
+            if error is None:
+                body, error = await self._read_body(scope, receive)
+            if error is not None:
+                await send_error(send, error, close=True)
+                return
+            await self.app(scope, _replay(body, receive), send_tracked)
+        except Exception:  # a bug: the client still gets JSON, the log gets the traceback
+            logger.exception("error while serving %s %s", scope["method"], scope["path"])
+            if not started:
+                await send_error(send, ApiError(500, "internal server error"), close=True)
+
+    def _check_headers(self, scope: Scope) -> ApiError | None:
+        headers = _headers(scope)
+        host = headers.get("host")
+        # No Host header at all comes from an HTTP/1.0 tool, never from a browser.
+        if self.allowed_hosts is not None and host is not None \
+                and host.lower() not in self.allowed_hosts:
+            return ApiError(421, f"this server answers only requests to "
+                                 f"{', '.join(sorted(self.allowed_hosts))}; got Host {host!r}",
+                            code="invalid_host")
+        if scope["method"] == "POST" and not is_json(headers.get("content-type", "")):
+            return ApiError(415, "the body must be JSON, sent with 'Content-Type: "
+                                 "application/json'", code="unsupported_media_type")
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return ApiError(400, f"bad Content-Length {length!r}")
+            if int(length) > self.max_body_bytes:
+                return self._too_large()
+        return None
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes | None,
+                                                                         ApiError | None]:
+        """The whole body (None for a request that is not a POST), or the error to answer."""
+        if scope["method"] != "POST":
+            return None, None
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None, ApiError(499, "the client closed the connection")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None, self._too_large()
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks), None
+
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"the body is over {self.max_body_bytes} bytes (--max-body-bytes)",
+                        code="request_too_large")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _replay(body: bytes | None, receive: Receive) -> Receive:
+    """`receive` for the endpoint: the body already read, then the client's later events (a
+    disconnect, which a streaming endpoint watches for)."""
+    if body is None:
+        return receive
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay
+
+
+async def send_error(send: Send, error: ApiError, close: bool = False) -> None:
+    """Answer with `error` in OpenAI's shape. close=True when the body was not read to its
+    end: the connection cannot carry another request after it."""
+    payload = json.dumps(error.body).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(payload)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
