@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -30,7 +31,12 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds like Ctrl+C: the sandbox is stopped, folders removed
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description="minisgl 练习题评测")
     parser.add_argument("id", nargs="?", help="题号，例如 201")
     parser.add_argument("file", nargs="?", help="要评测的文件（默认：practice/workspace/<题号>/<文件名>）")
@@ -83,4 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

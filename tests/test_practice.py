@@ -300,18 +300,41 @@ def test_symlinks_in_the_sandbox_are_not_followed(tmp_path):
 
 # ---- CUDA exercises go through the CPU emulator ------------------------------------------------
 FAKE_EMULATOR = '''
-"""Test double of tools/emu_kernels.py: treats the .cu file as C++ and runs it."""
-import os, subprocess, tempfile
+"""Test double of tools/emu_kernels.py: compiles the .cu units as plain C++ with g++."""
+import subprocess, sys, tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
-class CompileError(Exception):
-    pass
 
-def run(path):
-    exe = os.path.join(tempfile.gettempdir(), "prog")
-    build = subprocess.run(["g++", "-x", "c++", path, "-o", exe], capture_output=True, text=True)
-    if build.returncode != 0:
-        raise CompileError(build.stderr[-2000:])
-    return subprocess.run([exe]).returncode == 0
+def cache_root():
+    return Path(tempfile.gettempdir())
+
+
+def _gxx(args, out):
+    done = subprocess.run(["g++", *args, "-o", str(out)], capture_output=True, text=True)
+    sys.stderr.write(done.stderr)
+    return (out if done.returncode == 0 else None), done.stderr
+
+
+def compile_unit(path, echo=True):
+    return _gxx(["-x", "c++", "-c", str(path)], cache_root() / (path.stem + ".o"))
+
+
+def build_runtime(echo=True):
+    return _gxx(["-x", "c++", "-c", "/dev/null"], cache_root() / "runtime.o")
+
+
+def link(objects, name, echo=True):
+    return _gxx([str(o) for o in objects], cache_root() / name)
+
+
+@dataclass
+class Result:
+    ok: bool
+
+
+def execute_binary(binary, path, echo=True, timeout=None, preexec=None):
+    return Result(subprocess.run([str(binary)], preexec_fn=preexec).returncode == 0)
 '''
 
 
@@ -332,8 +355,10 @@ def test_cuda_exercise_dispatches_to_the_emulator(tmp_path, monkeypatch):
     """))
     (folder / "starter.cu").write_text("int add(int a, int b) { return 0; }\n")
     (folder / "tests" / "check.cu").write_text(
-        '#include <cstdio>\n#include "kernel.cu"\n'
+        '#include <cstdio>\n#include "kernel.h"\n'
         'int main() { bool ok = add(2, 3) == 5; std::puts(ok ? "PASS" : "FAIL"); return ok ? 0 : 1; }\n')
+    (folder / "tests" / "kernel.h").write_text("int add(int a, int b);\n")
+    (folder / "tests" / "learner_unit.cu").write_text('#include "kernel.cu"\n')
     (folder / "tests" / "cases.py").write_text(
         "from judgekit.case import Case\n\n\ndef cases():\n"
         "    return [Case('加法', {'driver': 'tests/check.cu'}, visible=True)]\n")
@@ -353,7 +378,7 @@ def test_cuda_exercise_dispatches_to_the_emulator(tmp_path, monkeypatch):
 ADD_ONE_DRIVER = r"""
 #include <cstdio>
 #include <cuda_runtime.h>
-#include "kernel.cu"
+#include "kernel.h"
 
 int main() {
     const int n = 100;
@@ -405,6 +430,8 @@ def test_cuda_exercise_on_the_real_emulator(tmp_path, monkeypatch):
     """))
     (folder / "starter.cu").write_text(ADD_ONE.replace("OFFSET", "0"))
     (folder / "tests" / "check.cu").write_text(ADD_ONE_DRIVER)
+    (folder / "tests" / "kernel.h").write_text("__global__ void add_one(int* x, int n);\n")
+    (folder / "tests" / "learner_unit.cu").write_text('#include "kernel.cu"\n')
     (folder / "tests" / "cases.py").write_text(
         "from judgekit.case import Case\n\n\ndef cases():\n"
         "    return [Case('加一', {'driver': 'tests/check.cu'}, visible=True)]\n")

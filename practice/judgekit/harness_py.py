@@ -25,6 +25,7 @@ learner's answer and is judged as one. CPU time, memory and exit status are neve
 W: the supervisor measures the process tree from outside.
 """
 
+import builtins
 import ctypes
 import json
 import os
@@ -50,6 +51,14 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option})")
 
 
+def _type_name(cls: type) -> str:
+    """A built-in exception by its bare name (what Case.raises names), any other class by module
+    and qualified name: a learner's own class called ValueError is not ValueError."""
+    if getattr(builtins, cls.__name__, None) is cls:
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _describe(exc: BaseException) -> dict:
     try:
         text = str(exc)
@@ -66,7 +75,7 @@ def _describe(exc: BaseException) -> dict:
         text = message
     errno = getattr(exc, "errno", None)
     return {
-        "exc_types": [c.__name__ for c in type(exc).__mro__],
+        "exc_types": [_type_name(c) for c in type(exc).__mro__],
         "exc_errno": errno if isinstance(errno, int) else None,
         "message": message[:2000],
         "traceback": text,
@@ -224,6 +233,18 @@ class _Channel:
             raise self.broken("在提问之前就写了回复")
 
 
+def _sizes(when: str) -> dict:
+    """Where the case's stdout/stderr begin or end, measured by H at the moment the case starts
+    or its reply arrives (W flushes before it replies): the supervisor reads the events later."""
+    sizes = {}
+    for fd, name in ((1, "out"), (2, "err")):
+        try:
+            sizes[f"{name}_{when}"] = os.fstat(fd).st_size
+        except OSError:
+            pass
+    return sizes
+
+
 def serve(load, call) -> None:
     """The harness's main: fork W (which loads with load(setup) and answers each case with
     call(target, header, payloads)), then ask it the cases from START on."""
@@ -270,7 +291,7 @@ def serve(load, call) -> None:
         for i in range(start, len(cases)):
             w.drain()
             nonce = secrets.token_hex(16)
-            emit({"ev": "start", "case": i})
+            emit({"ev": "start", "case": i, **_sizes("start")})
             inputs, payloads = cases[i]
             w.send({**inputs, "case": i, "nonce": nonce}, *payloads)
             reply, outputs = w.receive()
@@ -278,9 +299,10 @@ def serve(load, call) -> None:
                 raise w.broken("回复的不是这一次提问")
             status = reply.get("status")
             if status == "ok" and len(outputs) == 2:
-                emit({"ev": "end", "case": i, "status": "ok"}, *outputs)
+                emit({"ev": "end", "case": i, "status": "ok", **_sizes("end")}, *outputs)
             elif status in ("exception", "bad_output"):
-                emit({"ev": "end", "case": i, "status": status, **_clean_exception(reply)})
+                emit({"ev": "end", "case": i, "status": status, **_sizes("end"),
+                      **_clean_exception(reply)})
             else:
                 raise w.broken("回复的格式不对")
         emit({"ev": "finish"})

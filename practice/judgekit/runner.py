@@ -310,7 +310,7 @@ def _exception_verdict(raw: dict) -> tuple[str, str]:
         return "MLE", f"内存不够：{message}"
     if raw.get("exc_errno") == 27:  # EFBIG: a file (stdout included) hit RLIMIT_FSIZE
         return "OLE", "写出的内容超过了输出上限"
-    if "CompileError" in types:
+    if any(str(t).rsplit(".", 1)[-1] == "CompileError" for t in types):
         return "CE", message
     if raw.get("exc_errno") == 11 and "BlockingIOError" in types:
         return "RE", f"{message}（进程/线程数达到上限，疑似 fork 炸弹）"
@@ -446,6 +446,7 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run
 
 # ---- the run -----------------------------------------------------------------------------------
 _active: dict[int, subprocess.Popen] = {}  # supervisors running now, by pid
+_runs: set[Path] = set()  # run folders not yet removed
 _active_lock = threading.Lock()
 
 
@@ -461,12 +462,14 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def stop_all() -> None:
-    """Stop every supervisor this process started (for a server going down: the threads that
-    judge are daemons and will not reach their own clean-up)."""
+    """Stop every supervisor this process started and remove every run folder (for a server
+    going down: the threads that judge are daemons and will not reach their own clean-up)."""
     with _active_lock:
-        running = list(_active.values())
+        running, folders = list(_active.values()), list(_runs)
     for proc in running:
         _stop(proc)
+    for folder in folders:
+        _remove(folder)
 
 
 def _spawn_supervisor(spec_path: Path, timeout: float) -> tuple[int, str]:
@@ -508,10 +511,27 @@ def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
     began = time.monotonic()
     lang = LANGUAGE_RUNNERS[ex.language]
     cases = ex.load_cases() if cases is None else cases
+    # Sample cases run first: output a program leaves behind late (a thread, a child) can then
+    # only land in a hidden case's output, which is never shown.
+    order = sorted(range(len(cases)), key=lambda i: not cases[i].visible)
+    result = _judge_in_order(ex, lang, source, [cases[i] for i in order], time_limit_s,
+                             memory_mb, began)
+    back = [0] * len(order)
+    for position, i in enumerate(order):
+        back[i] = result.cases[position]
+        back[i].index = i
+    result.cases = back
+    return result
+
+
+def _judge_in_order(ex: Exercise, lang, source: str, cases: list, time_limit_s: float | None,
+                    memory_mb: int | None, began: float) -> JudgeResult:
     time_limit = float(time_limit_s or ex.time_limit_s)
     memory = int(memory_mb or ex.memory_mb)
     root = os.geteuid() == 0
     run = Path(tempfile.mkdtemp(prefix="minisgl-judge-"))
+    with _active_lock:
+        _runs.add(run)
     try:
         os.chmod(run, 0o711)  # the sandbox may pass through to box/ and harness/, nothing more
         box, harness, results = run / "box", run / "harness", run / "results"
@@ -584,6 +604,8 @@ def judge(ex: Exercise, source: str, *, time_limit_s: float | None = None,
         return JudgeResult(ex, verdicts, sandbox, time.monotonic() - began, message)
     finally:
         _remove(run)
+        with _active_lock:
+            _runs.discard(run)
 
 
 def _remove(folder: Path) -> None:

@@ -310,10 +310,12 @@ class _ProgramRun:
         elif kind == "start" and self.ready and self.current is None \
                 and event.get("case") == self.next_case:
             self.current, self.case_start = self.next_case, time.monotonic()
-            sup.results[self.current] = {"status": "running", **self.offsets()}
+            sup.results[self.current] = {"status": "running", **self.offsets(),
+                                         **_sizes(event, "start")}
         elif kind == "end" and self.current is not None and event.get("case") == self.current:
             result = {**sup.results[self.current], **_clean(event), **self.ends(),
-                      "cpu_s": self.case_cpu(), "rss_mb": sup.tree_rss_mb()}
+                      **_sizes(event, "end"), "cpu_s": self.case_cpu(),
+                      "rss_mb": sup.tree_rss_mb()}
             if result.get("status") == "ok":
                 if len(payloads) != 2:
                     result = {**result, "status": "crashed", "message": "评测通道出错：没有输出"}
@@ -332,6 +334,13 @@ class _ProgramRun:
 
 
 _EVENT_KEYS = ("status", "exc_types", "exc_errno", "message", "traceback", "kind", "import_s")
+
+
+def _sizes(event: dict, when: str) -> dict:
+    """The stdout/stderr offsets the harness measured when it sent the event (ours, measured
+    when we read it, may already include later cases' output)."""
+    return {f"{name}_{when}": event[f"{name}_{when}"] for name in ("out", "err")
+            if type(event.get(f"{name}_{when}")) is int}
 
 
 def _clean(event: dict) -> dict:

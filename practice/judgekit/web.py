@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from . import progress
 from .exercises import Exercise, by_chapter, find_exercise
 from .report import exercise_json, sandbox_line
-from .runner import VERDICTS, judge
+from .runner import VERDICTS, judge, stop_all
 
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {
@@ -178,3 +178,4 @@ def serve(port: int) -> None:
         pass
     finally:
         server.server_close()
+        stop_all()  # a judge run in progress: kill its sandbox, remove its folder
