@@ -9,7 +9,11 @@ import pickle
 import random
 import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -32,7 +36,15 @@ from minisgl.message import (
     encode,
     message,
 )
-from minisgl.utils.mp import AsyncPullQueue, PullQueue, PushQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import (
+    AsyncPullQueue,
+    PullQueue,
+    PushQueue,
+    ipc_addr,
+    private_ipc_dir,
+    process_start_time,
+    remove_stale_ipc_dirs,
+)
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 
@@ -270,6 +282,50 @@ def test_the_private_ipc_folder_is_only_for_this_user(ipc_dir):
         assert (ipc_dir / "scheduler").exists()
     finally:
         pull.close()
+
+
+def test_the_folder_name_records_its_owner():
+    folder = private_ipc_dir()
+    try:
+        pid, started = folder.name.split("-")[1:3]
+        assert int(pid) == os.getpid() and int(started) == process_start_time(os.getpid()) > 0
+        assert folder.parent == Path(tempfile.gettempdir())
+    finally:
+        folder.rmdir()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (it could be reused later, but not within a test)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_ipc_folders_are_removed_and_live_ones_kept(tmp_path):
+    """A folder whose launcher is gone goes (dead pid; live pid but another start time: the pid
+    was reused); a live launcher's folder, a name that says no owner and a folder of another
+    user stay."""
+    me, started = os.getpid(), process_start_time(os.getpid())
+    rng = random.Random()
+
+    def folder(name: str) -> Path:
+        path = tmp_path / name
+        path.mkdir(mode=0o700)
+        (path / "scheduler").write_bytes(b"")  # as if a socket file were inside
+        return path
+
+    stale = [folder(f"minisgl-{_dead_pid()}-{rng.randrange(1, 1 << 40)}-a1"),
+             folder(f"minisgl-{_dead_pid()}-0-b2"),
+             folder(f"minisgl-{me}-{started + rng.randrange(1, 1000)}-c3")]
+    kept = [folder(f"minisgl-{me}-{started}-d4"), folder("minisgl-e5"),
+            folder(f"minisgl-{me}x-{started}-f6"), folder("other-123-456-g7")]
+    if os.getuid() == 0:  # root can give a folder away: another user's stale folder stays
+        other = folder(f"minisgl-{_dead_pid()}-1-h8")
+        os.chown(other, 65534, 65534)
+        kept.append(other)
+    assert sorted(remove_stale_ipc_dirs(tmp_path)) == sorted(stale)
+    assert not any(p.exists() for p in stale) and all(p.is_dir() for p in kept)
+    assert remove_stale_ipc_dirs(tmp_path) == []
 
 
 def _random_frames(rng: random.Random, n: int) -> list[list]:

@@ -363,3 +363,37 @@ def test_a_scheduler_that_cannot_load_reports_why(tmp_path):
             proc.join()
         ready.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_request_the_engine_cannot_run_fails_alone(sched, reference, rng):
+    """Second line of defence behind the API's checks: ids outside the vocabulary (too big,
+    negative), a top_k beyond it and a temperature too small to divide by each get an error
+    reply at admission, while good requests sent in the same frame run to LLM.generate's answer
+    and the KV pool ends whole."""
+    prompts, results = reference
+    vocab = sched.io.scheduler.engine.model_config.vocab_size
+    good = prompts[0]
+    bad = {
+        "id = vocab": (good[:-1] + [vocab + rng.randrange(1000)], SamplingParams(max_tokens=4)),
+        "negative id": ([-rng.randrange(1, 1 << 62)] + good, SamplingParams(max_tokens=4)),
+        "top_k 2^63": (good, SamplingParams(temperature=1.0, top_k=(1 << 63) + rng.randrange(9),
+                                            max_tokens=4)),
+        "top_k vocab + 1": (good, SamplingParams(temperature=1.0, top_k=vocab + 1, max_tokens=4)),
+        "temperature 1e-300": (good, SamplingParams(temperature=1e-300, max_tokens=4)),
+    }
+    uids = rng.sample(range(1 << 40), len(bad) + 2)
+    good_uids, bad_uids = uids[:2], dict(zip(bad, uids[2:]))
+    msgs = [UserMsg(uid, ids, params) for uid, (ids, params) in zip(bad_uids.values(),
+                                                                    bad.values())]
+    msgs.insert(rng.randrange(len(msgs) + 1), UserMsg(good_uids[0], good,
+                                                      SamplingParams(max_tokens=MAX_TOKENS)))
+    msgs.append(UserMsg(good_uids[1], good, SamplingParams(max_tokens=MAX_TOKENS)))
+    sched.send(*msgs)
+    got = sched.pump(finished(uids))
+    for name, uid in bad_uids.items():
+        (reply,) = of(got, uid)
+        assert reply.finished and reply.finish_reason == "error" and reply.token_ids == [], name
+        assert reply.error and reply.prompt_tokens == len(bad[name][0]), name
+    for uid in good_uids:
+        assert tokens(of(got, uid)) == results[0]["token_ids"]
+    assert_idle(sched)

@@ -194,6 +194,28 @@ def test_an_error_with_no_tokens_passes_through(tok):
     assert manager.streams == {}
 
 
+def test_tokens_that_cannot_be_decoded_fail_that_request_alone(tok, rng):
+    """Ids the tokenizer cannot decode (negative, beyond 64 bits of its range) end their own
+    request with one error reply; its later messages are dropped until its last one, and a
+    request interleaved with it decodes as if nothing happened."""
+    for bad in (-rng.randrange(1, 1 << 40), (1 << 64) + rng.randrange(1 << 20)):
+        manager = DetokenizeManager(tok)
+        ok_ids, bad_ids = random_ids(tok, rng), random_ids(tok, rng)
+        bad_ids.insert(rng.randrange(len(bad_ids) + 1), bad)
+        ok_msgs, bad_msgs = stream_messages(1, ok_ids, rng), stream_messages(2, bad_ids, rng)
+        order = [1] * len(ok_msgs) + [2] * len(bad_msgs)
+        rng.shuffle(order)
+        replies = [manager.process((ok_msgs if uid == 1 else bad_msgs).pop(0)) for uid in order]
+        mine = [r for r in replies if r is not None and r.uid == 2]
+        # the pieces before the bad id, then one error reply that ends the request
+        assert len(mine) == bad_ids.index(bad) + 1
+        assert [r.finished for r in mine] == [False] * (len(mine) - 1) + [True]
+        assert mine[-1].finish_reason == "error" and "cannot detokenize" in mine[-1].error
+        assert "".join(r.text for r in replies if r is not None and r.uid == 1) == \
+            tok.decode(ok_ids, skip_special_tokens=True)
+        assert manager.streams == {} and manager.failed == set()
+
+
 # ---- the three processes ----------------------------------------------------------------------
 
 CONTEXT = 512

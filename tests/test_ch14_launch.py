@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import socket
@@ -12,6 +14,8 @@ import time
 import psutil
 import pytest
 from conftest import RunningServer
+
+from minisgl.utils.mp import private_ipc_dir, remove_stale_ipc_dirs
 
 SMALL = ["--num-pages", "512", "--max-seq-len", "512", "--max-running-requests", "8"]
 
@@ -36,7 +40,20 @@ def ipc_folders_of(procs: list[psutil.Process]) -> set[str]:
     return folders
 
 
-def test_sigterm_leaves_no_process_and_no_socket_folder(smollm2_dir):
+def open_stream(server: RunningServer, path: str, body: dict) -> http.client.HTTPResponse:
+    """Start a long streaming request; returns once its first event has arrived."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", path, body=json.dumps({**body, "stream": True, "ignore_eos": True}),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.readline().startswith(b"data: ")
+    return resp
+
+
+def test_sigterm_under_load_ends_streams_cleanly_and_fast(smollm2_dir):
+    """SIGTERM while 4 streams run: each stream gets an error event and [DONE], every process is
+    gone within a few seconds, the socket folder is removed and the log has no traceback."""
     server = RunningServer(["--model", str(smollm2_dir), "--num-tokenizer", "2", *SMALL])
     procs = family(server)
     names = {p.pid for p in procs}
@@ -44,10 +61,26 @@ def test_sigterm_leaves_no_process_and_no_socket_folder(smollm2_dir):
     folders = ipc_folders_of(procs)
     assert folders and all(os.stat(f).st_mode & 0o777 == 0o700 for f in folders)
     assert server.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2})[0] == 200
+    streams = [open_stream(server, "/v1/completions", {"prompt": "Once upon", "max_tokens": 400}),
+               open_stream(server, "/v1/chat/completions", {"max_tokens": 400, "messages": [
+                   {"role": "user", "content": "Tell me a long story."}]}),
+               open_stream(server, "/generate", {"text": "One, two,", "max_tokens": 400}),
+               open_stream(server, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 400})]
+    start = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
+    for resp in streams:
+        events = [e for e in resp.read().split(b"\n\n") if e]
+        assert events[-1] == b"data: [DONE]"
+        error = json.loads(events[-2][len(b"data: "):])
+        assert error["error"]["message"] == "the server is shutting down"
+        assert error["error"]["type"] == "server_error"
     assert server.proc.wait(60) == 0
     assert wait_gone(procs) == [], f"left behind: {names}"
+    elapsed = time.monotonic() - start
+    assert elapsed < 8, f"stopping took {elapsed:.1f} s"  # it took 10.6 s before the fix
     assert not any(os.path.exists(f) for f in folders)
+    log = server.log_text()
+    assert "Traceback" not in log and "Exception ignored" not in log and "ZMQError" not in log
 
 
 def test_loopback_by_default_and_a_kv_pool_smaller_than_the_context(smollm2_dir):
@@ -79,11 +112,22 @@ def test_a_dead_worker_brings_the_whole_server_down(smollm2_dir):
 
 
 def test_a_killed_launcher_takes_its_workers_with_it(smollm2_dir):
+    """kill -9 leaves the launcher's socket folder behind; the next launcher removes it (the
+    same call it makes at start-up), and never the folder of a launcher that is alive."""
     server = RunningServer(["--model", str(smollm2_dir), *SMALL])
     procs = family(server)
-    server.proc.kill()  # SIGKILL: no handler runs, no cleanup code
-    server.proc.wait(10)
-    assert wait_gone(procs[1:]) == []
+    folders = ipc_folders_of(procs)
+    live = private_ipc_dir()  # this test process plays a live launcher
+    try:
+        server.proc.kill()  # SIGKILL: no handler runs, no cleanup code
+        server.proc.wait(10)
+        assert wait_gone(procs[1:]) == []
+        assert folders and all(os.path.isdir(f) for f in folders)
+        removed = remove_stale_ipc_dirs()
+        assert {str(f) for f in removed} >= folders
+        assert not any(os.path.exists(f) for f in folders) and live.is_dir()
+    finally:
+        live.rmdir()
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
