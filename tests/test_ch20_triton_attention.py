@@ -9,6 +9,9 @@ start as NaN, so a row the kernel forgets to write fails the comparison.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -200,3 +203,16 @@ def test_bfloat16_inputs_on_gpu():
         out = decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx,
                                kv.kv_lens, num_splits=num_splits)
         check_decode(out, q, kv, 128 ** -0.5, 2e-2)
+
+
+def test_triton_imported_too_early_is_a_clear_error():
+    """Triton's own library functions take the interpreter setting when triton is first imported;
+    on a CPU, importing our kernels after something else imported triton must say so plainly."""
+    code = "import torch._dynamo, triton, minisgl.kernel.triton"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            timeout=300)
+    if torch.cuda.is_available():
+        assert result.returncode == 0, result.stderr
+    else:
+        assert "triton was imported before TRITON_INTERPRET=1 was set" in result.stderr

@@ -9,7 +9,15 @@ from minisgl.kvcache.mha_pool import MHAKVCache
 from .base import BaseAttnBackend
 from .torch_native import TorchNativeBackend
 
+# >>> ch20
+from .triton import TritonBackend
+
+# <<< ch20
+
 BACKENDS = {"torch": TorchNativeBackend}
+# >>> ch20
+BACKENDS["triton"] = TritonBackend
+# <<< ch20
 
 
 def create_attn_backend(name: str, kv_cache: MHAKVCache, page_table: torch.Tensor,

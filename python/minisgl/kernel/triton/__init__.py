@@ -7,13 +7,21 @@ Python on CPU tensors: slow, but it checks the kernels' logic in CI on a CPU-onl
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
-# triton.jit decides between compiling and interpreting when it decorates a kernel, that is when
-# the kernel modules below are imported, by reading TRITON_INTERPRET. So it must be set before
-# they (and triton) are imported; a value the user set explicitly is kept.
+# Triton picks compiling or interpreting when it decorates a function, by reading TRITON_INTERPRET:
+# for our kernels when the modules below are imported, and for its own library functions (tl.sum,
+# tl.max, ...) when triton itself is first imported. So the variable must be set before triton is
+# imported anywhere in the process; a value the user set explicitly is kept.
 if not torch.cuda.is_available():
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ImportError(
+            "triton was imported before TRITON_INTERPRET=1 was set (importing torch._dynamo does "
+            "that, and so do transformers' model modules), so its library functions cannot run "
+            "under the interpreter: set TRITON_INTERPRET=1 in the environment, or import "
+            "minisgl.kernel.triton first")
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .decode_attention import DecodeWorkspace, choose_num_splits, decode_attention  # noqa: E402

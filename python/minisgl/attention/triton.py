@@ -1,0 +1,77 @@
+"""Paged attention with the Triton kernels of chapter 20: the whole batch in one launch per layer.
+
+`prepare_metadata` turns the batch into a few small int32 device tensors (each request's
+page-table row, its total length, and for prefill the offsets of its new tokens); every layer's
+`forward` stores its new K/V into the pool and launches the decode or extend kernel over them.
+The kernels read K/V through the page table themselves, so nothing is gathered or padded here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
+
+import torch
+
+from minisgl.core import Batch
+from minisgl.kvcache.mha_pool import MHAKVCache
+
+from .base import BaseAttnBackend
+
+
+@dataclass
+class TritonAttnMetadata:
+    table_idx: torch.Tensor  # [B] int32: each request's page-table row
+    kv_lens: torch.Tensor  # [B] int32: cached + new tokens
+    cu_q_lens: torch.Tensor | None  # prefill: [B + 1] int32 offsets of each request's new tokens
+    max_q_len: int  # prefill: the most new tokens of any request (sizes the grid)
+    num_splits: int  # decode: pieces each sequence is cut into
+
+
+class TritonBackend(BaseAttnBackend):
+    def __init__(self, kv_cache: MHAKVCache, page_table: torch.Tensor, num_qo_heads: int,
+                 num_kv_heads: int) -> None:
+        super().__init__(kv_cache, page_table, num_qo_heads, num_kv_heads)
+        # Imported here rather than at the top: Triton takes about half a second to import and,
+        # without a GPU, switches to its interpreter; only an engine that picks this backend
+        # should pay for that.
+        from minisgl.kernel import triton as kernels
+
+        self.kernels = kernels
+        device, max_seq_len = page_table.device, page_table.shape[1]
+        # A batch of one gets the most splits, so this workspace fits every batch; allocated once
+        # so that a captured CUDA graph (chapter 15) can keep pointing at it.
+        max_splits = kernels.choose_num_splits(1, num_kv_heads, max_seq_len, device)
+        self.workspace = kernels.DecodeWorkspace.allocate(
+            page_table.shape[0], num_qo_heads, kv_cache.config.head_dim, device, max_splits)
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        device = self.page_table.device
+
+        def int32(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int32, device=device)
+
+        table_idx = int32([r.table_idx for r in batch.reqs])
+        kv_lens = int32([r.seq_len for r in batch.reqs])
+        if batch.is_prefill:
+            q_lens = [r.extend_len for r in batch.reqs]
+            meta = TritonAttnMetadata(table_idx, kv_lens, int32([0, *accumulate(q_lens)]),
+                                      max(q_lens), num_splits=1)
+        else:
+            splits = self.kernels.choose_num_splits(batch.size, self.num_kv_heads,
+                                                    self.page_table.shape[1], device)
+            meta = TritonAttnMetadata(table_idx, kv_lens, None, 1, splits)
+        batch.attn_metadata = meta
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                batch: Batch) -> torch.Tensor:
+        self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
+        k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
+        meta: TritonAttnMetadata = batch.attn_metadata
+        if batch.is_prefill:
+            return self.kernels.extend_attention(q, k_cache, v_cache, self.page_table,
+                                                 meta.table_idx, meta.cu_q_lens, meta.kv_lens,
+                                                 meta.max_q_len)
+        return self.kernels.decode_attention(q, k_cache, v_cache, self.page_table,
+                                             meta.table_idx, meta.kv_lens,
+                                             num_splits=meta.num_splits, workspace=self.workspace)
