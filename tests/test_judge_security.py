@@ -238,6 +238,126 @@ def test_cuda_source_cannot_rewrite_the_test_program(attack):
         assert _verdicts(result) == ["CE"] and "全局符号" in result.cases[0].message
 
 
+# ---- 3b. CUDA: nothing the built program prints, writes or returns is the verdict ----------------
+# The built program holds learner code, which runs before main, in the kernel and after main. Each
+# attack below makes the program say PASS, forge the emulator's report (kernels=1, errors=0) and
+# exit 0, and hand back data of the expected size where it can; only the judge's own comparison of
+# the data with bytes it computed may decide, so every one is WA.
+FORGE_HELPERS = r"""
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+int out_fd = -1;  // the descriptor for the program's data: its number is argv[1]
+
+void say_pass() {
+  std::printf("示例 1：uint4，每行 2 KB，37 个 token PASS\nPASS\n");
+  std::fflush(stdout);
+}
+
+void forge_report() {  // what the emulator's runtime writes at a clean exit
+  if (FILE* f = std::fopen(std::getenv("MINISGL_EMU_REPORT"), "w")) {
+    std::fputs("kernels=1\nerrors=0\n", f);
+    std::fclose(f);
+  }
+}
+
+// The pool's bytes before the kernel, read from the case on stdin: exactly as many bytes as the
+// judge expects back (store_kv_driver.cu describes the layout).
+std::vector<char> initial_pool() {
+  std::vector<char> in;
+  char buf[65536];
+  for (size_t got; (got = std::fread(buf, 1, sizeof buf, stdin)) > 0;) in.insert(in.end(), buf, buf + got);
+  int64_t h[12];
+  std::memcpy(h, in.data(), sizeof h);
+  const int64_t eb = h[0], n = h[2], row = h[3], ks = h[5], vs = h[6], checked = h[11];
+  const size_t skip = sizeof h + n * 4 + ((n - 1) * ks + row) * eb + ((n - 1) * vs + row) * eb +
+                      checked * 8;
+  return std::vector<char>(in.begin() + skip, in.end());
+}
+
+void put(const std::vector<char>& data) {
+  if (write(out_fd, data.data(), data.size()) != static_cast<ssize_t>(data.size())) std::abort();
+}
+}  // namespace
+"""
+FORGE_ATTACKS = {
+    # A C++ global constructor: the pass line, then exit 0 before main.
+    "constructor-says-pass": """
+namespace {
+struct Forge {
+  Forge() { say_pass(); _exit(0); }
+} forge;
+}  // namespace
+""" + EMPTY_KERNEL,
+    # __attribute__((constructor)): forges the report and hands back the pool as it was before the
+    # kernel (the right size, as an empty kernel would leave it), then exits 0 before main.
+    "constructor-forges-report-and-data": """
+__attribute__((constructor)) static void forge(int argc, char** argv) {
+  out_fd = std::atoi(argv[argc - 1]);
+  put(initial_pool());
+  forge_report();
+  say_pass();
+  _exit(0);
+}
+""" + EMPTY_KERNEL,
+    # Garbage of exactly the expected size, a forged report, exit 0.
+    "constructor-writes-sized-garbage": """
+__attribute__((constructor)) static void forge(int argc, char** argv) {
+  out_fd = std::atoi(argv[argc - 1]);
+  std::vector<char> data = initial_pool();
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  put(data);
+  forge_report();
+  say_pass();
+  _exit(0);
+}
+""" + EMPTY_KERNEL,
+    # The kernel prints the pass line and writes nothing; the program runs as it should.
+    "kernel-says-pass": EMPTY_KERNEL.replace(
+        "int64_t cache_stride, int64_t k_stride, int64_t v_stride) {}",
+        """int64_t cache_stride, int64_t k_stride, int64_t v_stride) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) say_pass();
+}"""),
+    # The right kernel, then a destructor (after main wrote the right data) that overwrites the
+    # data with garbage of the same size and forges the report.
+    "destructor-overwrites-with-garbage": """
+__attribute__((constructor)) static void remember(int argc, char** argv) {
+  out_fd = std::atoi(argv[argc - 1]);
+}
+
+__attribute__((destructor)) static void overwrite() {
+  struct stat st {};
+  fstat(out_fd, &st);
+  std::vector<char> data(static_cast<size_t>(st.st_size), 0x5a);
+  pwrite(out_fd, data.data(), data.size(), 0);
+  forge_report();
+  say_pass();
+}
+""" + REFERENCE_202,
+}
+
+
+@pytest.mark.parametrize("attack", list(FORGE_ATTACKS))
+def test_cuda_program_cannot_forge_its_verdict(attack):
+    result = judge(EX202, FORGE_HELPERS + FORGE_ATTACKS[attack], cases=EX202.load_cases()[:1])
+    case = result.cases[0]
+    assert _verdicts(result) == ["WA"], format_result(result)
+    assert "PASS" in case.details.get("stdout", ""), format_result(result)
+    if attack != "constructor-says-pass":
+        # Everything but the data said "pass": exit 0, and a report of no emulator error.
+        assert case.details["actual"].endswith("退出码 0，模拟器报告了 0 个错误"), case.details
+        assert "字节起不对" in case.message, case.message
+    else:
+        assert "写回了 0 字节" in case.message, case.message
+
+
 # ---- 4. evidence the verdict rests on cannot be forged from inside --------------------------------
 BURN = """
 import resource, threading, time

@@ -330,18 +330,62 @@ def link(objects, name, echo=True):
 
 @dataclass
 class Result:
-    ok: bool
+    returncode: int
+    emu_errors: int = 0
+    reported: bool = True
 
 
-def execute_binary(binary, path, echo=True, timeout=None, preexec=None):
-    return Result(subprocess.run([str(binary)], preexec_fn=preexec).returncode == 0)
+def execute_binary(binary, path, echo=True, timeout=None, preexec=None, args=(), stdin=None,
+                   pass_fds=()):
+    return Result(subprocess.run([str(binary), *args], preexec_fn=preexec, stdin=stdin,
+                                 pass_fds=pass_fds).returncode)
 '''
+# A test program in the judge's protocol: the case's input on stdin, its data to the descriptor
+# whose number is argv[1]. It prints PASS whatever it computed: only the data is judged.
+ADD_DRIVER = r"""
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include "kernel.h"
+
+int main(int argc, char** argv) {
+    int ab[2];
+    if (std::fread(ab, sizeof ab, 1, stdin) != 1) return 2;
+    const int sum = add(ab[0], ab[1]);
+    std::puts("PASS");
+    return write(std::atoi(argv[1]), &sum, sizeof sum) == sizeof sum ? 0 : 3;
+}
+"""
+CUDA_CASES = """
+import random, struct
+from judgekit.case import Case
+
+
+def cases():
+    rng = random.Random()
+    out = []
+    for i in range(2):
+        values = [rng.randrange(-2**20, 2**20) for _ in range({count})]
+        out.append(Case(f"case {{i}}", {{"driver": "tests/check.cu", "input": {pack_in}}},
+                        {pack_out}, visible=i == 0))
+    return out
+"""
+
+
+def _cuda_exercise(folder: Path, meta: str, starter: str, driver: str, header: str,
+                   cases: str) -> None:
+    (folder / "tests").mkdir(parents=True)
+    (folder / "meta.toml").write_text(textwrap.dedent(meta))
+    (folder / "starter.cu").write_text(starter)
+    (folder / "tests" / "check.cu").write_text(driver)
+    (folder / "tests" / "kernel.h").write_text(header)
+    (folder / "tests" / "learner_unit.cu").write_text('#include "kernel.cu"\n')
+    (folder / "tests" / "cases.py").write_text(cases)
 
 
 def test_cuda_exercise_dispatches_to_the_emulator(tmp_path, monkeypatch):
     folder = tmp_path / "9901-fake-kernel"
-    (folder / "tests").mkdir(parents=True)
-    (folder / "meta.toml").write_text(textwrap.dedent("""
+    _cuda_exercise(folder, """
         id = 9901
         chapter = 99
         slug = "fake-kernel"
@@ -352,52 +396,42 @@ def test_cuda_exercise_dispatches_to_the_emulator(tmp_path, monkeypatch):
         starter = "starter.cu"
         max_processes = 64
         memory_mb = 4096
-    """))
-    (folder / "starter.cu").write_text("int add(int a, int b) { return 0; }\n")
-    (folder / "tests" / "check.cu").write_text(
-        '#include <cstdio>\n#include "kernel.h"\n'
-        'int main() { bool ok = add(2, 3) == 5; std::puts(ok ? "PASS" : "FAIL"); return ok ? 0 : 1; }\n')
-    (folder / "tests" / "kernel.h").write_text("int add(int a, int b);\n")
-    (folder / "tests" / "learner_unit.cu").write_text('#include "kernel.cu"\n')
-    (folder / "tests" / "cases.py").write_text(
-        "from judgekit.case import Case\n\n\ndef cases():\n"
-        "    return [Case('加法', {'driver': 'tests/check.cu'}, visible=True)]\n")
+    """, "int add(int a, int b) { return 0; }\n", ADD_DRIVER, "int add(int a, int b);\n",
+                   CUDA_CASES.format(count=2, pack_in='struct.pack("<2i", *values)',
+                                     pack_out='struct.pack("<i", sum(values))'))
     emulator = tmp_path / "emu" / "emu_kernels.py"
     emulator.parent.mkdir()
     emulator.write_text(FAKE_EMULATOR)
     monkeypatch.setenv("MINISGL_EMU_KERNELS", str(emulator))
     ex = load_exercise(folder)
-    assert _verdicts(judge(ex, "int add(int a, int b) { return a + b; }\n")) == ["AC"]
-    wrong = judge(ex, ex.starter_code())
-    assert _verdicts(wrong) == ["WA"] and "FAIL" in wrong.cases[0].details["stdout"]
-    assert _verdicts(judge(ex, "int add(int a, int b) { return a + ; }\n")) == ["CE"]
+    assert _verdicts(judge(ex, "int add(int a, int b) { return a + b; }\n")) == ["AC", "AC"]
+    wrong = judge(ex, ex.starter_code())  # prints PASS and exits 0: the data decides
+    assert _verdicts(wrong) == ["WA", "WA"], format_result(wrong)
+    assert "PASS" in wrong.cases[0].details["stdout"] and "字节起不对" in wrong.cases[0].message
+    assert _verdicts(judge(ex, "int add(int a, int b) { return a + ; }\n")) == ["CE", "CE"]
     monkeypatch.setenv("MINISGL_EMU_KERNELS", str(tmp_path / "missing.py"))
-    assert _verdicts(judge(ex, ex.starter_code())) == ["SE"]
+    assert _verdicts(judge(ex, ex.starter_code())) == ["SE", "SE"]
 
 
 ADD_ONE_DRIVER = r"""
+#include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <cuda_runtime.h>
 #include "kernel.h"
 
-int main() {
-    const int n = 100;
-    int host[n];
-    for (int i = 0; i < n; ++i) host[i] = i;
+int main(int argc, char** argv) {
+    std::vector<int> host(100);
+    const int n = static_cast<int>(std::fread(host.data(), sizeof(int), host.size(), stdin));
     int* dev = nullptr;
     cudaMalloc(&dev, n * sizeof(int));
-    cudaMemcpy(dev, host, n * sizeof(int), cudaMemcpyHostToDevice);
+    cudaMemcpy(dev, host.data(), n * sizeof(int), cudaMemcpyHostToDevice);
     add_one<<<(n + 31) / 32, 32>>>(dev, n);
-    cudaMemcpy(host, dev, n * sizeof(int), cudaMemcpyDeviceToHost);
+    cudaMemcpy(host.data(), dev, n * sizeof(int), cudaMemcpyDeviceToHost);
     cudaFree(dev);
-    for (int i = 0; i < n; ++i) {
-        if (host[i] != i + 1) {
-            std::printf("FAIL at %d: %d\n", i, host[i]);
-            return 1;
-        }
-    }
-    std::printf("PASS\n");
-    return 0;
+    const ssize_t bytes = n * sizeof(int);
+    return write(std::atoi(argv[1]), host.data(), bytes) == bytes ? 0 : 3;
 }
 """
 ADD_ONE = """
@@ -414,8 +448,7 @@ def test_cuda_exercise_on_the_real_emulator(tmp_path, monkeypatch):
         pytest.skip("tools/emu_kernels.py (the CPU emulator) is not in this tree yet")
     monkeypatch.delenv("MINISGL_EMU_KERNELS", raising=False)
     folder = tmp_path / "9902-add-one"
-    (folder / "tests").mkdir(parents=True)
-    (folder / "meta.toml").write_text(textwrap.dedent("""
+    _cuda_exercise(folder, """
         id = 9902
         chapter = 99
         slug = "add-one"
@@ -427,21 +460,20 @@ def test_cuda_exercise_on_the_real_emulator(tmp_path, monkeypatch):
         max_processes = 64
         memory_mb = 4096
         time_limit_s = 30
-    """))
-    (folder / "starter.cu").write_text(ADD_ONE.replace("OFFSET", "0"))
-    (folder / "tests" / "check.cu").write_text(ADD_ONE_DRIVER)
-    (folder / "tests" / "kernel.h").write_text("__global__ void add_one(int* x, int n);\n")
-    (folder / "tests" / "learner_unit.cu").write_text('#include "kernel.cu"\n')
-    (folder / "tests" / "cases.py").write_text(
-        "from judgekit.case import Case\n\n\ndef cases():\n"
-        "    return [Case('加一', {'driver': 'tests/check.cu'}, visible=True)]\n")
+    """, ADD_ONE.replace("OFFSET", "0"), ADD_ONE_DRIVER,
+                   "__global__ void add_one(int* x, int n);\n",
+                   CUDA_CASES.format(count=77, pack_in='struct.pack("<77i", *values)',
+                                     pack_out='struct.pack("<77i", *(x + 1 for x in values))'))
     ex = load_exercise(folder)
     good = judge(ex, ADD_ONE.replace("OFFSET", "1"))
-    assert _verdicts(good) == ["AC"], format_result(good)
+    assert _verdicts(good) == ["AC", "AC"], format_result(good)
     wrong = judge(ex, ex.starter_code())
-    assert _verdicts(wrong) == ["WA"] and "FAIL at 0" in wrong.cases[0].details["stdout"]
+    assert _verdicts(wrong) == ["WA", "WA"] and "数据：从第 0 个字节起不对" in wrong.cases[0].message
+    # A write one element past the buffer: the emulator reports it and stops the program.
+    past = judge(ex, ADD_ONE.replace("OFFSET", "1").replace("i < n", "i <= n"))
+    assert _verdicts(past) == ["WA", "WA"] and "模拟器报告了错误" in past.cases[0].message
     broken = judge(ex, ADD_ONE.replace("OFFSET", "missing_name"))
-    assert _verdicts(broken) == ["CE"] and "missing_name" in broken.cases[0].details["stderr"]
+    assert _verdicts(broken) == ["CE", "CE"] and "missing_name" in broken.cases[0].details["stderr"]
 
 
 # ---- the HTTP API behind the page --------------------------------------------------------------

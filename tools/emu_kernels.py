@@ -23,6 +23,7 @@ import functools
 import hashlib
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -613,6 +614,7 @@ class RunResult:
     stderr: str = ""
     kernels: int = 0
     emu_errors: int = 0
+    reported: bool = False  # the runtime wrote its report file (kernels=, errors=) at exit
     reason: str = ""
 
     def summary(self) -> str:
@@ -646,16 +648,25 @@ def _pump(stream, sink, chunks: list[str]) -> None:
 
 
 def _read_report(path: Path) -> dict[str, int] | None:
+    """The runtime's report; None if missing or not a plain file (the program could have put a
+    link or a FIFO there: never follow one, never block on one)."""
     try:
-        lines = path.read_text().split()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        lines = os.read(fd, 4096).decode("utf-8", errors="replace").split()
+    finally:
+        os.close(fd)
     fields = dict(line.split("=", 1) for line in lines if "=" in line)
     return {k: int(v) for k, v in fields.items() if v.lstrip("-").isdigit()}
 
 
 def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float,
-                preexec=None) -> None:
+                preexec=None, args: tuple[str, ...] = (), stdin=None,
+                pass_fds: tuple[int, ...] = ()) -> None:
     fd, report_name = tempfile.mkstemp(prefix="emu-report-", suffix=".txt")
     os.close(fd)
     report = Path(report_name)
@@ -665,8 +676,8 @@ def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float,
     err: list[str] = []
     try:
         proc = subprocess.Popen(
-            [str(binary)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            preexec_fn=preexec,
+            [str(binary), *args], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env, preexec_fn=preexec, pass_fds=pass_fds,
         )
         pumps = [
             threading.Thread(target=_pump, args=(proc.stdout, sys.stdout if echo else None, out)),
@@ -687,6 +698,7 @@ def _run_binary(binary: Path, result: RunResult, echo: bool, timeout: float,
         fields = _read_report(report)
     finally:
         report.unlink(missing_ok=True)
+    result.reported = fields is not None
     if fields is not None:
         result.kernels = fields.get("kernels", 0)
         result.emu_errors = fields.get("errors", 0)
@@ -728,13 +740,16 @@ def execute(path: str | Path, echo: bool = True, timeout: float | None = None) -
 
 
 def execute_binary(binary: Path, path: str | Path, echo: bool = True,
-                   timeout: float | None = None, preexec=None) -> RunResult:
-    """Runs a binary made by link() (`path` names the program in messages). `preexec` runs in
-    the child before exec (the practice judge restricts what the program may write there)."""
+                   timeout: float | None = None, preexec=None, args: tuple[str, ...] = (),
+                   stdin=None, pass_fds: tuple[int, ...] = ()) -> RunResult:
+    """Runs a binary made by link() (`path` names the program in messages) with `args`.
+    `preexec` runs in the child before exec (the practice judge restricts what the program may
+    write there); `stdin` (a descriptor) and `pass_fds` are given to the program as in Popen
+    (the judge feeds a case on stdin and reads the program's data from a descriptor it passes)."""
     result = RunResult(Path(path), compiled=True)
     if timeout is None:
         timeout = float(os.environ.get("MINISGL_EMU_TIMEOUT", DEFAULT_TIMEOUT_S))
-    _run_binary(binary, result, echo, timeout, preexec)
+    _run_binary(binary, result, echo, timeout, preexec, tuple(args), stdin, tuple(pass_fds))
     return result
 
 

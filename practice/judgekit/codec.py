@@ -1,13 +1,15 @@
 """Values between the judge and the learner's process: tagged JSON plus one safetensors file.
 
 Both formats are plain data, so the judge never runs or unpickles anything the learner's process
-produced. Supported values: None, bool, int, float, str, list, tuple, dict with str keys, and
-torch tensors (saved by name in the safetensors file). torch is imported only when a tensor is met,
-so exercises on plain Python values start their sandboxed process in milliseconds.
+produced. Supported values: None, bool, int, float, str, bytes (base64 in the JSON), list, tuple,
+dict with str keys, and torch tensors (saved by name in the safetensors file). torch is imported
+only when a tensor is met, so exercises on plain Python values start their sandboxed process in
+milliseconds.
 """
 
 from __future__ import annotations
 
+import base64
 import sys
 
 MAX_DEPTH = 16
@@ -33,6 +35,8 @@ def encode(value, tensors: dict, prefix: str = "t") -> object:
             raise EncodeError("返回值嵌套太深或元素太多")
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
+        if isinstance(v, bytes):
+            return {"$bytes": base64.b64encode(v).decode("ascii")}
         if _is_tensor(v):
             name = f"{prefix}{len(tensors)}"
             tensors[name] = v.detach().to("cpu").contiguous().clone()
@@ -56,6 +60,8 @@ def decode(data, tensors: dict):
     if isinstance(data, dict):
         if set(data) == {"$tensor"}:
             return tensors[data["$tensor"]]
+        if set(data) == {"$bytes"} and isinstance(data["$bytes"], str):
+            return base64.b64decode(data["$bytes"], validate=True)
         if set(data) == {"$tuple"}:
             return tuple(decode(x, tensors) for x in data["$tuple"])
         if set(data) == {"$dict"}:

@@ -139,3 +139,35 @@ def compare(expected, actual, atol: float = 0.0, rtol: float = 0.0, path: str = 
     if type(actual) is not type(expected) or actual != expected:
         return f"{path}：期望 {expected!r}，实际 {actual!r}"
     return None
+
+
+MAX_REGIONS_SHOWN = 6
+
+
+def _first_difference(expected: bytes, actual: bytes) -> tuple[int, int]:
+    """Offset of the first differing byte and how many bytes differ (same lengths)."""
+    wrong = [i for i, (e, a) in enumerate(zip(expected, actual)) if e != a]
+    return wrong[0], len(wrong)
+
+
+def compare_bytes(expected: bytes, actual: bytes, regions=()) -> str | None:
+    """None when `actual` is exactly `expected`; else the first few differing regions, each a
+    (start, length, what) span of the data, described by what lies there."""
+    if not isinstance(actual, bytes):
+        return f"应为 {len(expected)} 字节的数据，实际是 {type(actual).__name__}"
+    if len(actual) != len(expected):
+        return f"数据的长度不对：期望 {len(expected)} 字节，实际 {len(actual)} 字节"
+    if actual == expected:
+        return None
+    spans = list(regions) or [(0, len(expected), "数据")]
+    bad = [(start, length, what) for start, length, what in spans
+           if actual[start:start + length] != expected[start:start + length]]
+    lines = []
+    for start, length, what in bad[:MAX_REGIONS_SHOWN]:
+        first, count = _first_difference(expected[start:start + length],
+                                         actual[start:start + length])
+        lines.append(f"{what}：从第 {first} 个字节起不对（期望 0x{expected[start + first]:02x}，"
+                     f"实际 0x{actual[start + first]:02x}），这一段共有 {count} / {length} 个字节不对")
+    if len(bad) > MAX_REGIONS_SHOWN:
+        lines.append(f"……一共有 {len(bad)} 段不对")
+    return "\n".join(lines) or "数据不对"

@@ -1,7 +1,20 @@
-"""Runs inside the sandbox for a CUDA exercise: each case is a self-checking CUDA program (host
-main + checks, in the read-only harness folder) linked with the learner's kernels, built and run
-by the CPU emulator tools/emu_kernels.py. The worker (see harness_py.py) runs this code; the
-learner's code here is C++, which runs only in the built program, never in this interpreter.
+"""Runs inside the sandbox for a CUDA exercise: builds each case's test program (host main, in
+the read-only harness folder) linked with the learner's kernels, runs it on the CPU emulator
+tools/emu_kernels.py, and hands back the data it wrote. The worker (see harness_py.py) runs this
+code; the learner's code here is C++, which runs only in the built program, never in this
+interpreter.
+
+The built program holds learner code, which can run before main (a global constructor,
+__attribute__((constructor))), inside the kernel, or after it (a destructor): it can print
+anything, write the emulator's report file, pick its own exit status. So none of that is the
+verdict. The program gets the case's input (drawn by the judge) on stdin and one more descriptor,
+its number in argv[1], for the data it produces (e.g. the KV pool after the kernel); both are
+unlinked files this process made, so no path of the sandbox names them. This process reads the
+data back, at most the size the judge expects plus one byte, and returns it; the judge compares
+it with bytes it computed itself, outside the sandbox. The exit status and the emulator's report
+(out-of-bounds access, deadlock, ...) are returned too, but they can only fail a case, never pass
+one: the runtime that writes the report is linked into the same program, so learner code can
+silence it, and only the data check stands between such a program and AC.
 
 The learner's file is never pasted into a test program's text. The exercise's tests/
 learner_unit.cu (it includes the learner's file, then instantiates the kernel templates the test
@@ -10,7 +23,7 @@ the two are linked, test program first. Before linking, the global symbols the l
 defines are checked: only a symbol the test program needs from it, an inline copy of something
 the test program defines too (the linker keeps the test program's), or a name of its own that no
 test program, emulator runtime or C/C++ runtime library uses. So `#define main`, `#undef`, a
-`#pragma`, a redefined check helper or a replaced memcmp cannot change what the test checks.
+`#pragma`, a redefined helper or a replaced memcpy cannot change what the test program does.
 The built program runs under one more Landlock layer: it may create and write files in TMPDIR
 only (the emulator's report), never the build cache, the test programs or anything else.
 
@@ -136,8 +149,17 @@ def _call(target, header: dict, payloads: list[bytes]):
     binary, _ = emulator.link([driver_obj, learner_obj], driver.stem, echo=True)
     if binary is None:
         raise CompileError(f"{driver.name} 链接失败（链接器的输出见下面的 stderr）")
-    result = emulator.execute_binary(binary, driver, echo=True, preexec=_restrict_program)
-    return {"passed": bool(result.ok)}
+    with tempfile.TemporaryFile() as case_input, tempfile.TemporaryFile() as data:
+        case_input.write(payloads[0])
+        case_input.flush()
+        case_input.seek(0)
+        result = emulator.execute_binary(binary, driver, echo=True, preexec=_restrict_program,
+                                         args=(str(data.fileno()),), stdin=case_input.fileno(),
+                                         pass_fds=(data.fileno(),))
+        size = os.fstat(data.fileno()).st_size
+        output = os.pread(data.fileno(), int(header["output_bytes"]) + 1, 0)
+    return {"output": output, "output_size": size, "exit_code": result.returncode,
+            "emu_errors": result.emu_errors, "emu_report": result.reported}
 
 
 if __name__ == "__main__":

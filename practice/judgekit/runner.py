@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import codec, frames
-from .compare import compare, describe
+from .compare import compare, compare_bytes, describe
 from .exercises import PRACTICE, Exercise
 
 HERE = Path(__file__).resolve().parent
@@ -246,15 +246,24 @@ class PythonLanguage:
             return f"应当抛出 {case.raises}，但函数正常返回了"
         return compare(case.expected, actual, case.atol, case.rtol)
 
+    def shown(self, actual) -> str:
+        """The program's output, as a failing sample case shows it."""
+        return describe(actual)
+
 
 CUDA_TEST_FILES = (".cu", ".cuh", ".h", ".hpp")
 
 
 class CudaLanguage(PythonLanguage):
-    """Each case is a self-checking CUDA program (tests/*.cu), linked with the learner's file
-    compiled on its own (tests/learner_unit.cu) and run by the CPU emulator tools/emu_kernels.py
-    inside the sandbox (see harness_cuda.py). The test programs are copied into the read-only
-    harness folder, so that nothing the learner's code does can change them."""
+    """Each case runs a test program (a host main in tests/*.cu, named by Case.args["driver"])
+    linked with the learner's file compiled on its own (tests/learner_unit.cu), on the CPU
+    emulator tools/emu_kernels.py inside the sandbox (see harness_cuda.py). The program gets the
+    case's input bytes (Case.args["input"], drawn by tests/cases.py) on stdin and writes its data
+    to a descriptor it is given; the case passes only if those bytes are exactly Case.expected,
+    which this process computed. The program holds learner code, so what it prints, its exit
+    status and the emulator's report can fail a case but never pass one. The test programs are
+    copied into the read-only harness folder, so that nothing the learner's code does can change
+    them."""
 
     harness = ["harness_cuda.py", "harness_py.py", "linux.py"]
 
@@ -282,13 +291,36 @@ class CudaLanguage(PythonLanguage):
             driver = ex.dir / case.args["driver"]
             if driver.parent != tests or driver.suffix != ".cu":
                 raise ValueError(f"driver {driver} must be a .cu file directly in {tests}")
-            messages.append(({"driver": str(readonly / driver.name)}, [b"", b""]))
+            data = case.args.get("input")
+            if not isinstance(data, bytes) or not isinstance(case.expected, bytes):
+                raise ValueError(f"用例 {case.name}：args['input'] 和 expected 都应是 bytes")
+            messages.append(({"driver": str(readonly / driver.name),
+                              "output_bytes": len(case.expected)}, [data, b""]))
         return messages
 
     def check(self, case, actual) -> str | None:
-        if isinstance(actual, dict) and actual.get("passed") is True:
-            return None
-        return "自检程序没有通过（见下面的程序输出）"
+        if not isinstance(actual, dict):
+            return "测试程序没有交回数据"
+        size, want = actual.get("output_size"), len(case.expected)
+        problem = compare_bytes(case.expected, actual.get("output"), case.regions)
+        if problem and isinstance(size, int) and size != want:
+            problem = f"测试程序写回了 {size} 字节的数据，应当是 {want} 字节（程序没有正常跑完？）"
+        problems = []  # what went wrong while it ran first: it explains the data
+        if actual.get("emu_errors") != 0:
+            problems.append("模拟器报告了错误（越界读写、死锁等，见 stderr 里 emu: error 开头的行）")
+        elif actual.get("emu_report") is not True:
+            problems.append("程序结束时没有留下模拟器的报告（提前退出了？）")
+        code = actual.get("exit_code")
+        if code != 0:
+            problems.append(f"程序被信号 {-code} 终止" if isinstance(code, int) and code < 0
+                            else f"程序的退出码是 {code}")
+        return "\n".join(problems + ([problem] if problem else [])) or None
+
+    def shown(self, actual) -> str:
+        if not isinstance(actual, dict):
+            return describe(actual)
+        return (f"写回 {actual.get('output_size')} 字节的数据，退出码 {actual.get('exit_code')}，"
+                f"模拟器报告了 {actual.get('emu_errors')} 个错误")
 
 
 LANGUAGE_RUNNERS = {"python": PythonLanguage(), "cuda": CudaLanguage()}
@@ -396,7 +428,7 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run
             problem = lang.check(case, actual)
             if problem:
                 out.verdict, out.message = "WA", problem
-                out.details["actual"] = describe(actual)
+                out.details["actual"] = lang.shown(actual)
     elif status == "exception":
         if case.raises and case.raises in (raw.get("exc_types") or []) and not _is_memory_error(raw):
             out.verdict = "AC"
@@ -436,7 +468,7 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run
             out.details["expected"] = (f"抛出 {case.raises}" if case.raises
                                        else describe(case.expected))
         else:
-            out.details["input"] = f"自检程序 {case.args.get('driver')}"
+            out.details["input"] = str(case.args.get("about") or case.args.get("driver"))
         if stdout:
             out.details["stdout"] = stdout
         if stderr:
