@@ -8,6 +8,7 @@ Needs Linux; the namespace, capability and uid checks need root (CI runs as root
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.client
 import json
@@ -356,6 +357,20 @@ def test_cuda_program_cannot_forge_its_verdict(attack):
         assert "字节起不对" in case.message, case.message
     else:
         assert "写回了 0 字节" in case.message, case.message
+
+
+def test_cuda_write_the_emulator_cannot_see_is_caught_by_the_data():
+    # The right rows, plus one element into the gap after each row: inside the pool's buffer, so
+    # the emulator has nothing to report, and the program exits 0. The data check alone fails it.
+    gap_writer = REFERENCE_202.replace("if (i < row) dst[i] = src[i];",
+                                       "if (i < row) dst[i] = src[i];\n  if (lane == 0) dst[row] = src[0];")
+    assert gap_writer != REFERENCE_202
+    strides = next(c for c in EX202.load_cases() if "行步长各不相同" in c.name)
+    result = judge(EX202, gap_writer, cases=[dataclasses.replace(strides, visible=True)])
+    case = result.cases[0]
+    assert _verdicts(result) == ["WA"], format_result(result)
+    assert case.details["actual"].endswith("退出码 0，模拟器报告了 0 个错误"), case.details
+    assert "的目标）：从第 160 个字节起不对" in case.message, case.message
 
 
 # ---- 4. evidence the verdict rests on cannot be forged from inside --------------------------------
