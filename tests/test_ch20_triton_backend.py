@@ -1,6 +1,6 @@
 """Chapter 20: the Triton attention backend gives what the torch backend gives, one layer call at a
 time and through the whole engine (scheduler, radix prefix cache, chunked prefill, decode) on a
-tiny random Qwen3 model. On a CPU the kernels run under Triton's interpreter.
+tiny random Qwen3 model, in fp32. On a CPU the kernels run under Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
 NQ, NKV, D = 6, 2, 16
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def random_pool(gen: torch.Generator) -> MHAKVCache:
     pool = MHAKVCache(KVPoolConfig(num_layers=2, num_kv_heads=NKV, head_dim=D, num_pages=40,
-                                   page_size=4, dtype=torch.float32, device=torch.device("cpu")))
-    pool.store_kv(torch.randn(160, NKV, D, generator=gen), torch.randn(160, NKV, D, generator=gen),
-                  torch.arange(160), layer_id=1)
+                                   page_size=4, dtype=torch.float32, device=torch.device(DEVICE)))
+    k, v = torch.randn(160, NKV, D, generator=gen), torch.randn(160, NKV, D, generator=gen)
+    pool.store_kv(k.to(DEVICE), v.to(DEVICE), torch.arange(160, device=DEVICE), layer_id=1)
     return pool
 
 
@@ -29,7 +30,7 @@ def test_one_layer_call_equals_torch_backend():
     pool, torch_pool = random_pool(torch.Generator().manual_seed(0)), \
         random_pool(torch.Generator().manual_seed(0))
     gen = torch.Generator().manual_seed(1)
-    page_table = torch.randperm(160, generator=gen).int().view(4, 40)  # shuffled slots
+    page_table = torch.randperm(160, generator=gen).int().view(4, 40).to(DEVICE)  # shuffled
     backends = {"triton": create_attn_backend("triton", pool, page_table, NQ, NKV),
                 "torch": create_attn_backend("torch", torch_pool, page_table, NQ, NKV)}
     assert isinstance(backends["triton"], TritonBackend)
@@ -44,8 +45,9 @@ def test_one_layer_call_equals_torch_backend():
         batch.out_loc = torch.cat([page_table[r.table_idx, r.cached_len : r.seq_len].long()
                                    for r in reqs])
         tokens = len(batch.out_loc)
-        q = torch.randn(tokens, NQ, D, generator=gen)
-        k, v = torch.randn(tokens, NKV, D, generator=gen), torch.randn(tokens, NKV, D, generator=gen)
+        q = torch.randn(tokens, NQ, D, generator=gen).to(DEVICE)
+        k = torch.randn(tokens, NKV, D, generator=gen).to(DEVICE)
+        v = torch.randn(tokens, NKV, D, generator=gen).to(DEVICE)
         outs = {}
         for name, backend in backends.items():
             backend.prepare_metadata(batch)
@@ -69,7 +71,7 @@ def test_engine_greedy_tokens_equal_torch_backend(tmp_path):
     results = {}
     for backend in ("torch", "triton"):
         sched = make_scheduler(tmp_path, attention_backend=backend, cache_type="radix",
-                               max_prefill_length=32)
+                               max_prefill_length=32, device=DEVICE)
         assert isinstance(sched.engine.attn_backend,
                           TritonBackend if backend == "triton" else TorchNativeBackend)
         rounds = []

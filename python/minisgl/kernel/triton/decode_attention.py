@@ -77,9 +77,10 @@ def _decode_split_kernel(
     stride_pt,
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
+    num_splits,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Stage 1. Program (b, kv_head, split): the GROUP query heads of this KV head against keys
     [split_start, split_end) of request b, with an online softmax in fp32."""
@@ -88,9 +89,9 @@ def _decode_split_kernel(
     split = tl.program_id(2)
 
     kv_len = tl.load(kv_lens_ptr + b)
-    # Splits cover whole key blocks: ceil(kv_len / NUM_SPLITS) rounded up to BLOCK_N. Stage 2
+    # Splits cover whole key blocks: ceil(kv_len / num_splits) rounded up to BLOCK_N. Stage 2
     # recomputes the same ranges, so an empty split (short request) needs to write nothing.
-    split_len = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, kv_len)
     if start >= end:
@@ -140,17 +141,18 @@ def _decode_merge_kernel(
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
     stride_outb, stride_outh,
+    num_splits,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
 ):
     """Stage 2. Program (b, head): out = sum_s w_s * out_s / sum_s w_s, w_s = exp(lse_s - max)."""
     b = tl.program_id(0)
     head = tl.program_id(1)
 
     kv_len = tl.load(kv_lens_ptr + b)
-    split_len = tl.cdiv(tl.cdiv(kv_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
     splits = tl.arange(0, SPLITS_PAD)
-    written = (splits < NUM_SPLITS) & (splits * split_len < kv_len)  # the non-empty splits
+    written = (splits < num_splits) & (splits * split_len < kv_len)  # the non-empty splits
     dims = tl.arange(0, BLOCK_D)
 
     lse = tl.load(partial_lse_ptr + b * stride_lb + head * stride_lh + splits, mask=written,
@@ -196,6 +198,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         assert t.stride(-1) == 1, "the head_dim axis must be contiguous"
     block_d = triton.next_power_of_2(head_dim)
     partial_out, partial_lse = workspace.partial_out, workspace.partial_lse
+    # num_splits is a runtime argument, not a constexpr, and the merge always covers the
+    # workspace's capacity: the split count changes with the batch size, and every new constexpr
+    # value would compile another kernel in the middle of serving.
 
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse,
@@ -206,8 +211,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         page_table.stride(0),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
+        num_splits,
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N, NUM_SPLITS=num_splits,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
         DOT_PRECISION=dot_precision(q.dtype),
     )
     _decode_merge_kernel[(batch, num_heads)](
@@ -215,7 +221,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
         out.stride(0), out.stride(1),
+        num_splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
-        NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits),
+        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits),
     )
     return out
