@@ -9,12 +9,14 @@
   so requiring JSON keeps any web page from driving a loopback server. 415 otherwise.
 - Body size: at most `max_body_bytes`. A Content-Length above it is refused with 413 before a
   byte of the body is read; a chunked body is counted while it arrives and refused as soon as it
-  passes the limit. The endpoints then read the body from memory.
+  passes the limit. The endpoints then read the body from memory. (After an early answer, what
+  the client still sends is discarded for a moment, see `_drain`.)
 - Anything an endpoint raises that is not an ApiError becomes a 500 in OpenAI's error shape.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -80,7 +82,11 @@ class RequestGuard:
             if error is None:
                 body, error = await self._read_body(scope, receive)
             if error is not None:
-                await send_error(send, error, close=True)
+                # The answer goes out at once; the response ends only after the drain, because
+                # once it has ended the server reads nothing more from the connection.
+                await send_error(send, error, close=True, more_body=True)
+                await _drain(receive, self.max_body_bytes)
+                await send({"type": "http.response.body", "body": b""})
                 return
             await self.app(scope, _replay(body, receive), send_tracked)
         except Exception:  # a bug: the client still gets JSON, the log gets the traceback
@@ -131,6 +137,26 @@ class RequestGuard:
                         code="request_too_large")
 
 
+async def _drain(receive: Receive, max_bytes: int, max_seconds: float = 1.0) -> None:
+    """Discard what the client is still sending, for a moment, after an early error answer
+    (a request without a body has nothing to discard: its first message ends it).
+
+    Closing a connection with unread bytes makes the kernel reset it, and a client still
+    sending its body then loses the answer it was sent (it sees "connection reset" instead of
+    413). Bytes read here are dropped at once; the bounds keep a client that never stops from
+    holding the connection."""
+    loop = asyncio.get_running_loop()
+    deadline, drained = loop.time() + max_seconds, 0
+    while drained <= max_bytes:
+        try:
+            message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return
+        drained += len(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
 def _headers(scope: Scope) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
@@ -148,13 +174,15 @@ def _replay(body: bytes | None, receive: Receive) -> Receive:
     return replay
 
 
-async def send_error(send: Send, error: ApiError, close: bool = False) -> None:
+async def send_error(send: Send, error: ApiError, close: bool = False,
+                     more_body: bool = False) -> None:
     """Answer with `error` in OpenAI's shape. close=True when the body was not read to its
-    end: the connection cannot carry another request after it."""
+    end: the connection cannot carry another request after it. more_body=True leaves the
+    response open (all its bytes are sent; an empty last message ends it)."""
     payload = json.dumps(error.body).encode()
     headers = [(b"content-type", b"application/json"),
                (b"content-length", str(len(payload)).encode())]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    await send({"type": "http.response.body", "body": payload, "more_body": more_body})
