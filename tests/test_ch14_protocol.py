@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from minisgl.server.guard import is_json, loopback_hosts
 from minisgl.server.protocol import (
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    RequestLimits,
     parse_body,
 )
 from minisgl.server.stop import StopChecker
@@ -103,3 +106,61 @@ def test_stop_string_split_across_pieces_is_never_emitted():
     assert checker.feed("#") == ""
     assert checker.feed("# world") == ""
     assert checker.stopped and checker.flush() == ""
+
+
+# ---- the guard's rules and the engine's limits (issue 11) ---------------------------------------
+
+
+def test_loopback_hosts_are_the_bound_address_and_localhost_with_the_port():
+    port = random.randrange(1024, 65536)
+    assert loopback_hosts("127.0.0.1", port) == {f"127.0.0.1:{port}", f"localhost:{port}"}
+    assert loopback_hosts("::1", port) == {f"[::1]:{port}", f"localhost:{port}"}
+    assert loopback_hosts("127.0.0.1", 80) == {"127.0.0.1:80", "localhost:80", "127.0.0.1",
+                                               "localhost"}  # a browser omits port 80
+    for host in ("0.0.0.0", "192.168.1.7", "::", "my-box.example"):
+        assert loopback_hosts(host, port) is None  # serving the network on purpose
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ("application/json", True), ("application/json; charset=utf-8", True),
+    ("APPLICATION/JSON", True), ("text/plain", False), ("", False), ("application/jsonl", False),
+    ("application/x-www-form-urlencoded", False), ("text/plain; application/json", False),
+])
+def test_only_json_content_types_pass(value, ok):
+    assert is_json(value) is ok
+
+
+def test_limits_name_the_field_and_bound_ids_and_prompt_characters():
+    rng = random.Random()
+    vocab, context = rng.randrange(1000, 200_000), rng.randrange(64, 4096)
+    limits = RequestLimits(vocab, context)
+    ids = [rng.randrange(vocab) for _ in range(50)]
+    parse_body(CompletionRequest, json.dumps({"prompt": ids}).encode(), limits)
+    for bad in (vocab, vocab + rng.randrange(1 << 40), -1, -rng.randrange(1 << 62), 1 << 64):
+        body = {"prompt": ids[:3] + [bad] + ids[3:]}
+        with pytest.raises(ApiError, match=str(bad)) as e:
+            parse_body(CompletionRequest, json.dumps(body).encode(), limits)
+        assert e.value.body["error"]["param"] == "prompt"
+        with pytest.raises(ApiError) as e:
+            parse_body(GenerateRequest, json.dumps({"input_ids": [bad]}).encode(), limits)
+        assert e.value.body["error"]["param"] == "input_ids"
+    for top_k in (0, -2, vocab + 1, 1 << 63, 1 << 64):
+        with pytest.raises(ApiError) as e:
+            parse_body(GenerateRequest, json.dumps({"text": "x", "top_k": top_k}).encode(),
+                       limits)
+        assert e.value.body["error"]["param"] == "top_k"
+    parse_body(GenerateRequest, json.dumps({"text": "x", "top_k": vocab}).encode(), limits)
+    chars = limits.max_prompt_chars
+    parse_body(CompletionRequest, json.dumps({"prompt": "y" * chars}).encode(), limits)
+    with pytest.raises(ApiError, match="cannot fit") as e:
+        parse_body(CompletionRequest, json.dumps({"prompt": "y" * (chars + 1)}).encode(), limits)
+    assert e.value.body["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_temperature_too_small_to_divide_by_is_sent_as_greedy():
+    for t in (1e-300, 5e-324, 9.9e-6):
+        params = parse_body(CompletionRequest, json.dumps({"prompt": "x", "temperature": t})
+                            .encode()).sampling_params(4)
+        assert params.temperature == 0.0 and params.is_greedy
+    kept = parse_body(CompletionRequest, b'{"prompt": "x", "temperature": 0.5}').sampling_params(4)
+    assert kept.temperature == 0.5
