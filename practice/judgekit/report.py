@@ -47,14 +47,16 @@ def format_result(result: JudgeResult, source_name: str = "") -> str:
     width = max((_width(n) for n in names), default=0)
     for case, name in zip(result.cases, names):
         time = f"{case.cpu_s:.3f}s" if isinstance(case.cpu_s, (int, float)) else ""
-        note = f"  {case.message}" if case.verdict != "AC" and case.message else ""
+        first_line = case.message.splitlines()[0] if case.message else ""
+        note = f"  {first_line}" if case.verdict != "AC" and first_line else ""
         if len(note) > 90:
             note = note[:90] + "…"
         lines.append(f"  {name}{' ' * (width - _width(name))}  {case.verdict:<3}  {time:>8}{note}")
     failure = result.first_failure
     if failure is not None:
         lines += ["", f"第一个未通过的用例：#{failure.index + 1} {failure.name}",
-                  f"  结论：{failure.verdict}（{VERDICTS[failure.verdict]}）{failure.message}"]
+                  f"  结论：{failure.verdict}（{VERDICTS[failure.verdict]}）"
+                  + failure.message.replace("\n", "\n    ")]
         for key, title in DETAIL_TITLES:
             if failure.details.get(key):
                 lines += [f"  {title}：", _indent(failure.details[key])]
