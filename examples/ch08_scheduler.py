@@ -15,7 +15,7 @@ def main() -> None:
     path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
     tokenizer = load_tokenizer(path)
     sched = Scheduler(SchedulerConfig(model_path=str(path), cache_type="naive", page_size=4,
-                                      num_pages=256), eos_token_ids=tokenizer.eos_token_ids)
+                                      num_pages=256))
     chat = [tokenizer.apply_chat_template([{"role": "user", "content": q}]) for q in QUESTIONS]
     for ids, n in zip(chat[:3], (6, 12, 18)):
         sched.add_request(ids, SamplingParams(max_tokens=n))
@@ -34,8 +34,8 @@ def main() -> None:
             answers.setdefault(o.uid, []).append(o.token)
     for uid, tokens in sorted(answers.items()):
         print(f"[{uid}] {QUESTIONS[uid]} -> {tokenizer.decode(tokens, skip_special_tokens=True)!r}")
-    print(f"prefill batches {sched.stats.prefill_batches}, decode batches "
-          f"{sched.stats.decode_batches}; free KV slots {sched.cache.free_tokens} of "
+    print(f"prefill batches {sched.stats().prefill_batches}, decode batches "
+          f"{sched.stats().decode_batches}; free KV slots {sched.cache.free_tokens} of "
           f"{sched.cache.capacity_tokens}")
     sched.shutdown()
 

@@ -11,15 +11,14 @@ from minisgl.utils.hf import resolve_model
 TEXT = " ".join(f"Fact {i}: the number {i} squared is {i * i}." for i in range(40))
 
 
-def answer(path, tokenizer, ids: list[int], budget: int) -> tuple[list[int], int]:
+def answer(path, ids: list[int], budget: int) -> tuple[list[int], int]:
     sched = Scheduler(SchedulerConfig(model_path=str(path), max_prefill_length=budget,
-                                      page_size=16, num_pages=128),
-                      eos_token_ids=tokenizer.eos_token_ids)
+                                      page_size=16, num_pages=128))
     sched.add_request(ids, SamplingParams(max_tokens=16))
     tokens = []
     while sched.has_work:
         tokens += [o.token for o in sched.step()]
-    batches = sched.stats.prefill_batches
+    batches = sched.stats().prefill_batches
     sched.shutdown()
     return tokens, batches
 
@@ -29,8 +28,8 @@ def main() -> None:
     tokenizer = load_tokenizer(path)
     ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": TEXT + " What is 7 squared?"}])
-    chunked, n_chunked = answer(path, tokenizer, ids, budget=128)
-    whole, n_whole = answer(path, tokenizer, ids, budget=8192)
+    chunked, n_chunked = answer(path, ids, budget=128)
+    whole, n_whole = answer(path, ids, budget=8192)
     print(f"prompt of {len(ids)} tokens")
     print(f"budget 128:  {n_chunked} prefill batches -> "
           f"{tokenizer.decode(chunked, skip_special_tokens=True)!r}")

@@ -19,7 +19,7 @@ def main() -> None:
     tokenizer = load_tokenizer(path)
     for cache in ("naive", "radix"):
         sched = Scheduler(SchedulerConfig(model_path=str(path), cache_type=cache, page_size=16,
-                                          num_pages=256), eos_token_ids=tokenizer.eos_token_ids)
+                                          num_pages=256))
         start = time.perf_counter()
         for q in QUESTIONS:  # one after another, as a chat service would see them
             ids = tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM},

@@ -2,7 +2,7 @@
 
 The scheduler loop (SchedulerIO) runs right here, one `run_once` at a time; this script plays both
 of its neighbours: a tokenizer worker pushing UserMsg in, and the detokenizer pulling
-DetokenizeMsg out.
+TokenOutput out.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from minisgl.llm import LLM
 from minisgl.message import (
     AbortMsg,
     ControlMsg,
-    DetokenizeMsg,
     MessageError,
+    TokenOutput,
     UserMsg,
     decode,
     encode,
 )
-from minisgl.scheduler.io import SchedulerIO, memory_stats
+from minisgl.scheduler.io import SchedulerIO
 from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -30,7 +30,7 @@ QUESTION = "What is the capital of France?"
 
 def show_codec() -> None:
     msgs = [UserMsg(7, [1, 9690, 198, 2683], SamplingParams(max_tokens=32)), AbortMsg(7),
-            ControlMsg(8, "stats"), DetokenizeMsg(7, [504], prompt_tokens=4)]
+            ControlMsg(8, "stats"), TokenOutput(uid=7, token=504, prompt_tokens=4)]
     frame = encode(msgs)
     print(f"{len(msgs)} messages -> one msgpack frame of {len(frame)} bytes: {frame[:40]!r}...")
     back = decode(frame)
@@ -41,13 +41,19 @@ def show_codec() -> None:
         print("a pickle frame is refused:", e)
 
 
-def pump(io: SchedulerIO, out: PullQueue, uid: int) -> list[DetokenizeMsg]:
-    """Run the scheduler loop until request `uid` has finished; every DetokenizeMsg that came out."""
-    got: list[DetokenizeMsg] = []
+def pump(io: SchedulerIO, out: PullQueue, uid: int) -> list[TokenOutput]:
+    """Run the scheduler loop until request `uid` has finished; every TokenOutput that came out."""
+    got: list[TokenOutput] = []
     while not any(m.uid == uid and m.finished for m in got):
         io.run_once(block=False)  # take what has arrived, run one step, send its tokens
         got += out.get_all(block=False) if io.scheduler.has_work else out.get(timeout=0.05)
     return got
+
+
+def pages(llm: LLM) -> dict[str, int]:
+    stats = llm.scheduler.stats()
+    return {"free": stats.free_pages, "cached": stats.cached_pages,
+            "requests": stats.request_pages}
 
 
 def main() -> None:
@@ -68,8 +74,8 @@ def main() -> None:
 
         to_scheduler.put([UserMsg(1, prompt, params)])
         got = pump(io, out, 1)
-        ids = [t for m in got for t in m.token_ids]
-        print(f"{len(got)} DetokenizeMsg, one per step; last: finished={got[-1].finished}, "
+        ids = [m.token for m in got if m.token is not None]
+        print(f"{len(got)} TokenOutput, one per step; last: finished={got[-1].finished}, "
               f"reason={got[-1].finish_reason}, prompt_tokens={got[-1].prompt_tokens}, "
               f"cached_tokens={got[-1].cached_tokens}")
         print("token ids:", ids)
@@ -82,10 +88,10 @@ def main() -> None:
         while len(got) < 5:
             io.run_once(block=False)
             got += out.get_all(block=False)
-        print("\nwhile request 2 runs:", memory_stats(llm.scheduler))
+        print("\nwhile request 2 runs:", pages(llm))
         to_scheduler.put([AbortMsg(2)])
         end = pump(io, out, 2)[-1]
-        print(f"after AbortMsg(2):    {memory_stats(llm.scheduler)}")
+        print(f"after AbortMsg(2):    {pages(llm)}")
         print(f"its last message: finished={end.finished}, reason={end.finish_reason!r}")
         for q in (to_scheduler, out, io.recv, io.send):
             q.close()

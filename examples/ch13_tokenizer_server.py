@@ -1,8 +1,8 @@
 """Chapter 13: the tokenizer, scheduler and detokenizer as three processes.
 
-    this script --TokenizeMsg--> tokenizer-0 --UserMsg--> scheduler --DetokenizeMsg--> detokenizer
-         ^                                                                                |
-         '------------------------------- UserReply (text pieces) -------------------------'
+    this script --TokenizeMsg--> tokenizer-0 --UserMsg--> scheduler --TokenOutput--> detokenizer
+         ^                                                                              |
+         '------------------------------- UserReply (text pieces) -----------------------'
 
 The launcher of chapter 14 does the same with more care (a watchdog, signals); here it is plain.
 """
@@ -16,7 +16,6 @@ from minisgl.core import SamplingParams
 from minisgl.message import ReadyMsg, TokenizeMsg, UserReply
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.io import run_scheduler_process
-from minisgl.tokenizer import load_tokenizer
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils.hf import resolve_model
 from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
@@ -27,7 +26,6 @@ QUESTION = "What is the capital of France?"
 
 def main() -> None:
     path = str(resolve_model(MODEL))
-    eos = load_tokenizer(path).eos_token_ids
     folder = private_ipc_dir()
     addr = {name: ipc_addr(folder, name)
             for name in ("tokenizer-0", "scheduler", "detokenizer", "frontend", "ready")}
@@ -36,7 +34,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")  # fresh interpreters: nothing of this process is copied
     procs = [
         ctx.Process(target=run_scheduler_process, name="scheduler",
-                    args=(SchedulerConfig(model_path=path, num_pages=512), eos,
+                    args=(SchedulerConfig(model_path=path, num_pages=512),
                           addr["scheduler"], addr["detokenizer"], addr["ready"])),
         ctx.Process(target=tokenize_worker, name="tokenizer-0",
                     args=(path, addr["tokenizer-0"], addr["scheduler"], addr["frontend"],

@@ -40,7 +40,7 @@ def test_batched_requests_equal_hf_greedy(smollm2_dir, hf_greedy):
     for uid, ids in zip(uids, prompts):
         assert tokens[uid] == hf_greedy.generate(ids, 20)
         assert finished[uid].finish_reason in ("stop", "length")
-    assert sched.stats.decode_batches < 6 * 20  # requests shared decode steps
+    assert sched.stats().decode_batches < 6 * 20  # requests shared decode steps
     assert sched.cache.free_tokens == sched.cache.capacity_tokens
 
 
@@ -81,7 +81,7 @@ def test_kv_exhaustion_waits_and_retracts_but_never_fails(smollm2_dir, hf_greedy
         assert tokens[uid] == expected[: len(tokens[uid])]
         if max_tokens is not None:
             assert tokens[uid] == expected[:max_tokens]
-    assert sched.stats.retracted > 0
+    assert sched.stats().retracted > 0
     assert sched.cache.free_tokens == sched.cache.capacity_tokens
 
 

@@ -20,7 +20,7 @@ def test_700_token_prompt_in_chunks_of_128(smollm2_dir, hf_greedy):
     sched = make_scheduler(smollm2_dir, max_prefill_length=128, page_size=16, num_pages=128)
     uid = sched.add_request(ids, SamplingParams(max_tokens=16))
     tokens, _ = run_all(sched)
-    assert sched.stats.prefill_batches == -(-len(ids) // 128)  # ceil: one chunk per batch
+    assert sched.stats().prefill_batches == -(-len(ids) // 128)  # ceil: one chunk per batch
     assert tokens[uid] == hf_greedy.generate(ids, 16)
 
 
@@ -56,7 +56,7 @@ def test_chunked_prompt_gives_back_its_pages_when_decode_runs_out(smollm2_dir, h
     b = sched.add_request(long_ids, SamplingParams(max_tokens=20, ignore_eos=True))
     tokens, finished = run_all(sched)
     assert finished[a].finish_reason == finished[b].finish_reason == "length"
-    assert sched.stats.restarted_prefills > 0
+    assert sched.stats().restarted_prefills > 0
     expected = hf_greedy.generate(short_ids, 40)
     assert tokens[a][: len(expected)] == expected
     assert sched.cache.free_tokens == sched.cache.capacity_tokens

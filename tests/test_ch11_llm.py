@@ -64,6 +64,16 @@ def test_an_impossible_request_reports_an_error_and_the_rest_finish(smollm2_dir,
                            use_tqdm=False)
     assert results[0]["token_ids"] == hf_greedy.generate(ok, 8)
     assert results[1]["finish_reason"] == "error" and "KV pool" in results[1]["error"]
+    # without max_tokens, a request runs to the end of the pool (64 slots), and one whose
+    # prompt alone fills the pool is refused with the reason
+    rng = random.Random()
+    prompt = [rng.randrange(100, 40_000) for _ in range(rng.randint(33, 60))]  # two do not fit
+    results = llm.generate([prompt, prompt + prompt], SamplingParams(max_tokens=None,
+                                                                     ignore_eos=True),
+                           use_tqdm=False)
+    assert len(results[0]["token_ids"]) == 64 - len(prompt)
+    assert results[0]["finish_reason"] == "length"
+    assert results[1]["finish_reason"] == "error" and "KV pool holds 64" in results[1]["error"]
     llm.shutdown()
 
 

@@ -25,10 +25,10 @@ from minisgl.message import (
     AbortMsg,
     ControlMsg,
     ControlReply,
-    DetokenizeMsg,
     MessageError,
     ReadyMsg,
     TokenizeMsg,
+    TokenOutput,
     UserMsg,
     UserReply,
     codec,
@@ -51,7 +51,8 @@ SETTINGS = settings(max_examples=150, deadline=None, database=None)
 # ---- random messages --------------------------------------------------------------------------
 
 uids = st.integers(0, 2**63 - 1)
-token_ids = st.lists(st.integers(0, 2**31 - 1), max_size=40)
+token = st.integers(0, 2**31 - 1)
+token_ids = st.lists(token, max_size=40)
 texts = st.text(max_size=30)  # any code point but surrogates: emoji, CJK, NUL, newlines...
 maybe_text = st.none() | texts
 reasons = st.sampled_from([None, "stop", "length", "abort", "error"])
@@ -69,7 +70,7 @@ params = st.builds(
     top_k=st.just(-1) | st.integers(1, 1 << 20),
     top_p=st.floats(0, 1, exclude_min=True),
     ignore_eos=st.booleans(),
-    max_tokens=st.integers(1, 1 << 30),
+    max_tokens=st.none() | st.integers(1, 1 << 30),
 )
 chat = st.lists(st.fixed_dictionaries(
     {"role": st.sampled_from(["system", "user", "assistant"]), "content": texts},
@@ -79,13 +80,15 @@ STRATEGIES = {
     SamplingParams: params,
     UserMsg: st.builds(UserMsg, uids, token_ids, params),
     TokenizeMsg: st.builds(TokenizeMsg, uids, params, maybe_text, st.none() | token_ids,
-                           st.none() | chat, st.booleans()),
+                           st.none() | chat),
     AbortMsg: st.builds(AbortMsg, uids),
     ControlMsg: st.builds(ControlMsg, uids, texts),
-    DetokenizeMsg: st.builds(DetokenizeMsg, uids, token_ids, st.booleans(), reasons, maybe_text,
-                             counts, counts),
-    UserReply: st.builds(UserReply, uids, texts, token_ids, st.booleans(), reasons, maybe_text,
-                         counts, counts),
+    TokenOutput: st.builds(TokenOutput, uid=uids, token=st.none() | token, finished=st.booleans(),
+                           finish_reason=reasons, error=maybe_text, prompt_tokens=counts,
+                           cached_tokens=counts),
+    UserReply: st.builds(UserReply, uid=uids, token=st.none() | token, finished=st.booleans(),
+                         finish_reason=reasons, error=maybe_text, prompt_tokens=counts,
+                         cached_tokens=counts, text=texts),
     ControlReply: st.builds(ControlReply, uids, st.booleans(),
                             st.dictionaries(keys, st.integers(-(2**63), 2**63 - 1), max_size=6),
                             maybe_text),
@@ -121,7 +124,7 @@ def test_nested_sampling_params_survive(user, tok):
 def test_empty_frame_and_a_whole_decode_step_in_one_frame():
     assert decode(encode([])) == []
     rng = random.Random()
-    step = [DetokenizeMsg(uid, [rng.randrange(50_000)], prompt_tokens=rng.randint(1, 900))
+    step = [TokenOutput(uid=uid, token=rng.randrange(50_000), prompt_tokens=rng.randint(1, 900))
             for uid in rng.sample(range(10**6), 200)]
     assert decode(encode(step)) == step
 
@@ -198,7 +201,7 @@ def test_a_missing_required_field_is_refused():
     with pytest.raises(MessageError, match="bad UserMsg"):
         decode(msgpack.packb(wire))
     # fields with a default may be left out
-    assert decode(msgpack.packb([{"_type": "DetokenizeMsg", "uid": 4}])) == [DetokenizeMsg(4)]
+    assert decode(msgpack.packb([{"_type": "TokenOutput", "uid": 4}])) == [TokenOutput(uid=4)]
 
 
 @pytest.mark.parametrize("field,value", [("temperature", -1.0), ("temperature", math.nan),
@@ -330,7 +333,7 @@ def test_stale_ipc_folders_are_removed_and_live_ones_kept(tmp_path):
 
 def _random_frames(rng: random.Random, n: int) -> list[list]:
     kinds = [lambda i: AbortMsg(i),
-             lambda i: DetokenizeMsg(i, [rng.randrange(50_000) for _ in range(rng.randint(0, 3))]),
+             lambda i: TokenOutput(uid=i, token=rng.choice([None, rng.randrange(50_000)])),
              lambda i: UserMsg(i, [rng.randrange(50_000) for _ in range(rng.randint(1, 50))],
                                SamplingParams(max_tokens=rng.randint(1, 99)))]
     frames, uid = [], 0

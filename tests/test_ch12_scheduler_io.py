@@ -6,6 +6,7 @@ import multiprocessing as mp
 import random
 import shutil
 from collections.abc import Callable
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -13,10 +14,9 @@ from conftest import CHAT_PROMPTS
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.message import AbortMsg, ControlMsg, ControlReply, DetokenizeMsg, ReadyMsg, UserMsg
+from minisgl.message import AbortMsg, ControlMsg, ControlReply, ReadyMsg, TokenOutput, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig
-from minisgl.scheduler.io import SchedulerIO, memory_stats, run_scheduler_process
-from minisgl.tokenizer import load_tokenizer
+from minisgl.scheduler.io import SchedulerIO, run_scheduler_process
 from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
 
 MAX_TOKENS = 24
@@ -72,7 +72,7 @@ class InProcess:
 @pytest.fixture(scope="module")
 def in_process(smollm2_dir):
     config = SchedulerConfig(model_path=str(smollm2_dir), num_pages=NUM_PAGES, max_seq_len=CONTEXT)
-    env = InProcess(Scheduler(config, eos_token_ids=load_tokenizer(smollm2_dir).eos_token_ids))
+    env = InProcess(Scheduler(config))
     yield env
     env.close()
     env.io.scheduler.shutdown()
@@ -98,19 +98,23 @@ def rng():
 
 def finished(uids) -> Callable[[list], bool]:
     uids = set(uids)
-    return lambda got: uids <= {m.uid for m in got if isinstance(m, DetokenizeMsg) and m.finished}
+    return lambda got: uids <= {m.uid for m in got if isinstance(m, TokenOutput) and m.finished}
 
 
 def control_reply(uid: int) -> Callable[[list], bool]:
     return lambda got: any(isinstance(m, ControlReply) and m.uid == uid for m in got)
 
 
-def of(got: list, uid: int) -> list[DetokenizeMsg]:
-    return [m for m in got if isinstance(m, DetokenizeMsg) and m.uid == uid]
+def of(got: list, uid: int) -> list[TokenOutput]:
+    return [m for m in got if isinstance(m, TokenOutput) and m.uid == uid]
 
 
-def tokens(msgs: list[DetokenizeMsg]) -> list[int]:
-    return [t for m in msgs for t in m.token_ids]
+def tokens(msgs: list[TokenOutput]) -> list[int]:
+    return [m.token for m in msgs if m.token is not None]
+
+
+def memory_stats(scheduler: Scheduler) -> dict[str, int]:
+    return asdict(scheduler.stats())
 
 
 def assert_idle(sched: InProcess) -> dict[str, int]:
@@ -128,11 +132,11 @@ def test_greedy_tokens_over_the_sockets_equal_llm_generate(sched, reference, rng
     params = SamplingParams(max_tokens=MAX_TOKENS)
     sched.send(*[UserMsg(uid, ids, params) for uid, ids in zip(uids, prompts)])
     got = sched.pump(finished(uids))
-    assert all(isinstance(m, DetokenizeMsg) for m in got)
+    assert all(isinstance(m, TokenOutput) for m in got)
     for uid, ids, want in zip(uids, prompts, results):
         msgs = of(got, uid)
         assert tokens(msgs) == want["token_ids"]
-        assert all(len(m.token_ids) == 1 for m in msgs)  # one message per new token
+        assert all(m.token is not None for m in msgs)  # one message per new token
         assert [m.finished for m in msgs] == [False] * (len(msgs) - 1) + [True]
         assert msgs[-1].finish_reason == want["finish_reason"]
         assert all(m.prompt_tokens == len(ids) for m in msgs)
@@ -166,7 +170,7 @@ def test_abort_of_a_running_request_frees_its_pages(sched, reference, rng):
     got += sched.pump(finished([uid]))
     ends = [m for m in of(got, uid) if m.finished]
     assert len(ends) == 1
-    assert ends[0].finish_reason == "abort" and ends[0].token_ids == []
+    assert ends[0].finish_reason == "abort" and ends[0].token is None
     assert ends[0].prompt_tokens == len(prompts[1])
     assert len(tokens(of(got, uid))) < 200
     stats = assert_idle(sched)
@@ -183,7 +187,8 @@ def test_abort_of_a_waiting_request_sends_one_abort_and_no_tokens(sched, referen
     sched.send(UserMsg(uid, prompts[2], SamplingParams(max_tokens=MAX_TOKENS)), AbortMsg(uid),
                ControlMsg(probe, "stats"))
     got = sched.pump(control_reply(probe))
-    assert of(got, uid) == [DetokenizeMsg(uid, [], True, "abort", None, len(prompts[2]), 0)]
+    assert of(got, uid) == [TokenOutput(uid=uid, finished=True, finish_reason="abort",
+                                        prompt_tokens=len(prompts[2]))]
     assert_idle(sched)
 
 
@@ -256,44 +261,55 @@ def test_a_request_longer_than_the_context_gets_an_error(sched, reference, rng):
                UserMsg(empty, [], SamplingParams()))
     got = sched.pump(finished([ok, bad, worse, empty]))
     for uid, prompt_len in ((bad, len(long)), (worse, len(almost))):
-        assert of(got, uid) == [DetokenizeMsg(uid, [], True, "error", of(got, uid)[0].error,
-                                              prompt_len, 0)]
+        assert of(got, uid) == [TokenOutput(uid=uid, finished=True, finish_reason="error",
+                                            error=of(got, uid)[0].error, prompt_tokens=prompt_len)]
         assert f"context length of {CONTEXT} tokens" in of(got, uid)[0].error
     assert of(got, empty)[0].finish_reason == "error" and "empty" in of(got, empty)[0].error
     assert tokens(of(got, ok)) == results[0]["token_ids"]  # the good request is unharmed
     assert_idle(sched)
 
 
-def test_fit_max_tokens_runs_to_the_end_of_the_context(sched, rng):
+def test_max_tokens_none_runs_to_the_end_of_the_context(sched, rng):
     prompt = [rng.randrange(100, 40_000) for _ in range(rng.randint(CONTEXT - 30, CONTEXT - 2))]
     uid = rng.randrange(1 << 40)
-    params = SamplingParams(max_tokens=10**6, ignore_eos=True)  # "as long as it can go"
-    sched.send(UserMsg(uid, prompt, params, fit_max_tokens=True))
+    params = SamplingParams(max_tokens=None, ignore_eos=True)  # "as long as it can go"
+    sched.send(UserMsg(uid, prompt, params))
     got = of(sched.pump(finished([uid])), uid)
     assert got[-1].finish_reason == "length"
     assert len(tokens(got)) == CONTEXT - len(prompt)
     assert_idle(sched)
 
 
-def test_fit_max_tokens_also_respects_a_pool_smaller_than_the_context(sched, rng):
+def test_add_request_decides_max_tokens_against_the_context_and_the_pool(rng):
     """The KV pool, not only the context, bounds a request: a pool of 100 tokens under a
-    context of 256 leaves 100 - prompt tokens."""
-    io = sched.io
-    for _ in range(20):
+    context of 256 leaves 100 - prompt tokens. None is fitted to that room, an explicit limit is
+    kept or refused, and a prompt with no room left is refused with the reason."""
+    for _ in range(200):
         pool, context = rng.randint(20, 400), rng.randint(20, 400)
-        prompt_len, asked = rng.randint(1, 450), rng.randint(1, 500)
-        fake = SimpleNamespace(engine=SimpleNamespace(max_seq_len=context),
-                               cache=SimpleNamespace(capacity_tokens=pool))
-        fitted = SchedulerIO._fit(SimpleNamespace(scheduler=fake), SamplingParams(
-            temperature=0.5, max_tokens=asked), prompt_len)
-        assert fitted.max_tokens == max(1, min(asked, min(pool, context) - prompt_len))
-        assert fitted.temperature == 0.5
-    assert io.scheduler.cache.capacity_tokens == NUM_PAGES
+        prompt, asked = [7] * rng.randint(1, 450), rng.choice([None, rng.randint(1, 500)])
+        fake = Scheduler.__new__(Scheduler)  # add_request's own logic, without a model
+        fake.engine = SimpleNamespace(max_seq_len=context,
+                                      model_config=SimpleNamespace(vocab_size=100))
+        fake.cache = SimpleNamespace(capacity_tokens=pool)
+        queued = []
+        fake.prefill, fake._early_outputs, fake._next_uid = SimpleNamespace(add=queued.append), [], 0
+        fake.add_request(prompt, SamplingParams(temperature=0.5, max_tokens=asked))
+        room = min(pool, context) - len(prompt)
+        want = room if asked is None else asked
+        if 0 < want <= room:
+            (req,) = queued
+            assert req.sampling_params.max_tokens == want and fake._early_outputs == []
+            assert req.sampling_params.temperature == 0.5
+        else:
+            (out,) = fake._early_outputs
+            assert queued == [] and out.finish_reason == "error" and out.finished
+            assert ("context length" in out.error) == (len(prompt) + max(want, 1) > context)
+            assert out.prompt_tokens == len(prompt)
 
 
 def test_a_message_the_scheduler_does_not_take_is_ignored(sched, rng):
     uid = rng.randrange(1 << 40)
-    sched.send(ReadyMsg("stray"), DetokenizeMsg(uid, [1, 2]), ControlMsg(uid, "stats"))
+    sched.send(ReadyMsg("stray"), TokenOutput(uid=uid, token=1), ControlMsg(uid, "stats"))
     got = sched.pump(control_reply(uid))
     assert [type(m) for m in got] == [ControlReply]
     assert_idle(sched)
@@ -308,10 +324,9 @@ def test_the_scheduler_process(smollm2_dir, reference):
     ready, out = PullQueue(ready_addr), PullQueue(detokenizer_addr)  # bound before the start
     to_scheduler = PushQueue(scheduler_addr)
     config = SchedulerConfig(model_path=str(smollm2_dir), num_pages=256)
-    eos = load_tokenizer(smollm2_dir).eos_token_ids
     proc = mp.get_context("spawn").Process(
         target=run_scheduler_process, name="scheduler", daemon=True,
-        args=(config, eos, scheduler_addr, detokenizer_addr, ready_addr))
+        args=(config, scheduler_addr, detokenizer_addr, ready_addr))
     proc.start()
     try:
         msgs: list = []
@@ -347,7 +362,7 @@ def test_a_scheduler_that_cannot_load_reports_why(tmp_path):
     config = SchedulerConfig(model_path=str(tmp_path / "no-model"), num_pages=16)
     proc = mp.get_context("spawn").Process(
         target=run_scheduler_process, daemon=True,
-        args=(config, (), ipc_addr(folder, "s"), ipc_addr(folder, "d"), ready_addr))
+        args=(config, ipc_addr(folder, "s"), ipc_addr(folder, "d"), ready_addr))
     proc.start()
     try:
         msgs: list = []
@@ -392,7 +407,7 @@ def test_a_request_the_engine_cannot_run_fails_alone(sched, reference, rng):
     got = sched.pump(finished(uids))
     for name, uid in bad_uids.items():
         (reply,) = of(got, uid)
-        assert reply.finished and reply.finish_reason == "error" and reply.token_ids == [], name
+        assert reply.finished and reply.finish_reason == "error" and reply.token is None, name
         assert reply.error and reply.prompt_tokens == len(bad[name][0]), name
     for uid in good_uids:
         assert tokens(of(got, uid)) == results[0]["token_ids"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from conftest import CHAT_PROMPTS
@@ -16,9 +16,9 @@ from minisgl.message import (
     AbortMsg,
     ControlMsg,
     ControlReply,
-    DetokenizeMsg,
     ReadyMsg,
     TokenizeMsg,
+    TokenOutput,
     UserMsg,
     UserReply,
 )
@@ -110,13 +110,12 @@ def test_a_chat_is_rendered_by_the_template(tok, rng):
         assert tok.decode(msg.input_ids).endswith("<|im_start|>assistant\n")
 
 
-def test_fit_max_tokens_travels_to_the_scheduler_untouched(tok, rng):
-    """Only the scheduler knows how much its context and KV pool leave (chapter 12's _fit)."""
+def test_max_tokens_none_travels_to_the_scheduler_untouched(tok, rng):
+    """Only the scheduler knows how much its context and KV pool leave (add_request)."""
     ids = [rng.randrange(len(tok.hf)) for _ in range(rng.randint(1, 300))]
-    params = random_params(rng)
-    for fit in (True, False):
-        msg = tokenize_request(tok, TokenizeMsg(1, params, input_ids=ids, fit_max_tokens=fit))
-        assert msg == UserMsg(1, ids, params, fit)
+    for params in (random_params(rng), replace(random_params(rng), max_tokens=None)):
+        msg = tokenize_request(tok, TokenizeMsg(1, params, input_ids=ids))
+        assert msg == UserMsg(1, ids, params)
 
 
 def test_a_request_without_a_prompt_is_a_value_error(tok):
@@ -127,16 +126,17 @@ def test_a_request_without_a_prompt_is_a_value_error(tok):
 # ---- DetokenizeManager ------------------------------------------------------------------------
 
 
-def stream_messages(uid: int, ids: list[int], rng: random.Random) -> list[DetokenizeMsg]:
+def stream_messages(uid: int, ids: list[int], rng: random.Random) -> list[TokenOutput]:
     """How the scheduler sends a request: one token per step; the last step says finished
     (with the last token, or as a separate empty message the way an abort does)."""
     prompt_tokens, cached = rng.randint(1, 500), rng.randint(0, 100)
-    msgs = [DetokenizeMsg(uid, [t], prompt_tokens=prompt_tokens, cached_tokens=cached)
+    msgs = [TokenOutput(uid=uid, token=t, prompt_tokens=prompt_tokens, cached_tokens=cached)
             for t in ids]
     if rng.random() < 0.5:
-        msgs[-1].finished, msgs[-1].finish_reason = True, rng.choice(["stop", "length"])
+        msgs[-1] = replace(msgs[-1], finished=True, finish_reason=rng.choice(["stop", "length"]))
     else:
-        msgs.append(DetokenizeMsg(uid, [], True, "abort", None, prompt_tokens, cached))
+        msgs.append(TokenOutput(uid=uid, finished=True, finish_reason="abort",
+                                prompt_tokens=prompt_tokens, cached_tokens=cached))
     return msgs
 
 
@@ -151,9 +151,9 @@ def test_streamed_text_equals_one_shot_decode(tok, rng):
         if "\ufffd" not in want:  # the run starts and ends on whole characters
             assert all("\ufffd" not in r.text for r in replies)  # halves were held back
         for msg, reply in zip(msgs, replies):
-            assert (reply.uid, reply.token_ids, reply.finished, reply.finish_reason,
+            assert (reply.uid, reply.token, reply.finished, reply.finish_reason,
                     reply.error, reply.prompt_tokens, reply.cached_tokens) == \
-                (msg.uid, msg.token_ids, msg.finished, msg.finish_reason, msg.error,
+                (msg.uid, msg.token, msg.finished, msg.finish_reason, msg.error,
                  msg.prompt_tokens, msg.cached_tokens)
         assert manager.streams == {}  # forgotten after its finished message
 
@@ -189,8 +189,10 @@ def test_interleaved_requests_do_not_mix(tok, rng):
 
 def test_an_error_with_no_tokens_passes_through(tok):
     manager = DetokenizeManager(tok)
-    reply = manager.process(DetokenizeMsg(9, [], True, "error", "too long", 300, 0))
-    assert reply == UserReply(9, "", [], True, "error", "too long", 300, 0)
+    reply = manager.process(TokenOutput(uid=9, finished=True, finish_reason="error",
+                                        error="too long", prompt_tokens=300))
+    assert reply == UserReply(uid=9, finished=True, finish_reason="error", error="too long",
+                              prompt_tokens=300, text="")
     assert manager.streams == {}
 
 
@@ -254,8 +256,7 @@ def server(smollm2_dir):
     ctx = mp.get_context("spawn")
     procs = [
         ctx.Process(target=run_scheduler_process, name="scheduler", daemon=True,
-                    args=(config, load_tokenizer(path).eos_token_ids, addr["scheduler"],
-                          addr["detokenizer"], addr["ready"])),
+                    args=(config, addr["scheduler"], addr["detokenizer"], addr["ready"])),
         ctx.Process(target=tokenize_worker, name="tokenizer-0", daemon=True,
                     args=(path, addr["tokenizer-0"], addr["scheduler"], addr["frontend"],
                           addr["ready"], "tokenizer-0")),
@@ -310,7 +311,7 @@ def test_streamed_text_equals_llm_generate(server, llm, tok, rng):
     for uid, prompt, result in zip(uids, prompts, want):
         replies = [m for m in got if m.uid == uid]
         assert all(isinstance(m, UserReply) for m in replies)
-        ids = [t for m in replies for t in m.token_ids]
+        ids = [m.token for m in replies if m.token is not None]
         assert ids == result["token_ids"]
         assert "".join(m.text for m in replies) == tok.decode(ids, skip_special_tokens=True)
         assert "".join(m.text for m in replies) == result["text"]
@@ -334,7 +335,7 @@ def test_bad_requests_are_answered_by_the_tokenizer_worker(server, rng):
         assert isinstance(reply, UserReply)
         assert reply.finished and reply.finish_reason == "error"
         assert reply.error.startswith("cannot tokenize the request")  # the tokenizer's words
-        assert reply.token_ids == [] and reply.text == "" and reply.prompt_tokens == 0
+        assert reply.token is None and reply.text == "" and reply.prompt_tokens == 0
 
 
 def test_a_prompt_longer_than_the_context_is_the_schedulers_error(server, tok, rng):
@@ -342,8 +343,8 @@ def test_a_prompt_longer_than_the_context_is_the_schedulers_error(server, tok, r
     n = len(tok.encode(text))
     assert n > CONTEXT
     uid = rng.randrange(1 << 40)
-    # fit_max_tokens still asks for one token, so the scheduler explains what is wrong
-    server.to_tokenizer.put([TokenizeMsg(uid, SamplingParams(), text=text, fit_max_tokens=True)])
+    # max_tokens None leaves no room at all: the scheduler explains what is wrong
+    server.to_tokenizer.put([TokenizeMsg(uid, SamplingParams(max_tokens=None), text=text)])
     (reply,) = server.collect(finished([uid]))
     assert reply.finish_reason == "error" and reply.prompt_tokens == n
     assert f"context length of {CONTEXT} tokens" in reply.error
@@ -361,7 +362,7 @@ def test_abort_and_stats_travel_behind_the_request(server, tok, rng):
     assert all(m.uid == uid for m in replies)
     assert [m.finished for m in replies].count(True) == 1 and replies[-1].finished
     assert replies[-1].finish_reason == "abort"
-    assert len([t for m in replies for t in m.token_ids]) < 300
+    assert len([m.token for m in replies if m.token is not None]) < 300
     (stats,) = [m for m in got if isinstance(m, ControlReply)]
     assert stats.uid == probe and stats.ok
     assert stats.info["running_requests"] == 0 and stats.info["request_pages"] == 0

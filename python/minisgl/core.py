@@ -15,18 +15,25 @@ if TYPE_CHECKING:  # the backend's module imports this one
 # <<< ch06
 
 
+# Below this, dividing fp32 logits by the temperature can overflow to inf (and softmax to NaN);
+# the API server sends such temperatures as greedy, as the sampler's argmax would pick anyway.
+MIN_TEMPERATURE = 1e-5
+
+
 @dataclass
 class SamplingParams:
     """How to pick each next token, per request (the official mini-sglang's fields).
 
-    temperature 0 means greedy; top_k -1 and top_p 1.0 switch those filters off.
+    temperature 0 means greedy; top_k -1 and top_p 1.0 switch those filters off. max_tokens None
+    means as many new tokens as the context and the KV pool leave after the prompt (the scheduler
+    decides when it admits the request).
     """
 
     temperature: float = 0.0
     top_k: int = -1
     top_p: float = 1.0
     ignore_eos: bool = False
-    max_tokens: int = 1024
+    max_tokens: int | None = 1024
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN
@@ -35,7 +42,7 @@ class SamplingParams:
             raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens <= 0:
+        if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be > 0, got {self.max_tokens}")
 
     @property
@@ -72,11 +79,6 @@ class Req:
     @property
     def output_ids(self) -> list[int]:
         return self.input_ids[self.prompt_len:]
-
-    @property
-    def max_len(self) -> int:
-        """The longest this request can grow: prompt plus max_tokens."""
-        return self.prompt_len + self.sampling_params.max_tokens
 
     @property
     def seq_len(self) -> int:
@@ -143,3 +145,23 @@ def get_global_ctx() -> Context | None:
     """The engine's context, or None when no engine has been built (chapters 3-4 style use)."""
     return _GLOBAL_CTX
 # <<< ch06
+# >>> ch08
+
+
+@dataclass(frozen=True)
+class TokenOutput:
+    """What one scheduler step produced for one request: its new token, and whether it is done.
+
+    The scheduler (chapter 8) hands these to LLM.generate or, as messages (chapter 12), to the
+    detokenizer, which adds the text (UserReply) for the frontend. Every one carries the prompt
+    length, so a frontend that stops reading early still knows the usage counts.
+    """
+
+    uid: int
+    token: int | None = None  # None when the request ended without a new token (error, abort)
+    finished: bool = False
+    finish_reason: str | None = None  # "stop", "length", "abort" or "error"
+    error: str | None = None  # why the request could not run (finish_reason "error")
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens that came from the prefix cache
+# <<< ch08

@@ -12,7 +12,7 @@ import threading
 
 from minisgl.core import SamplingParams
 from minisgl.env import load_env
-from minisgl.server.frontend import FrontendClient
+from minisgl.message.client import FrontendClient
 
 PROMPT = ">>> "
 HELP = "Type a message and press Enter. /reset forgets the conversation, /exit leaves."

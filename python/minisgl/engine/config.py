@@ -7,6 +7,23 @@ from dataclasses import dataclass
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# >>> ch11
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
+    """"auto" is bfloat16 on a GPU and float32 on a CPU (CPU bf16 is slow and less exact)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+# <<< ch11
 
 
 @dataclass

@@ -18,18 +18,20 @@ from .sample import Sampler
 def naive_generate(model: CausalLM, prompt_ids: list[int], params: SamplingParams,
                    sampler: Sampler | None = None, eos_token_ids: tuple[int, ...] = ()
                    ) -> list[int]:
-    """Generate up to params.max_tokens tokens after prompt_ids; returns only the new tokens."""
+    """Generate up to params.max_tokens tokens after prompt_ids (None: up to the end of the
+    model's context); returns only the new tokens."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     limit = model.config.max_position_embeddings
-    if len(prompt_ids) + params.max_tokens > limit:
-        raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
+    max_tokens = params.max_tokens or limit - len(prompt_ids)
+    if len(prompt_ids) + max_tokens > limit or max_tokens <= 0:
+        raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) "
                          f"exceeds the model's context of {limit} tokens")
     sampler = sampler or Sampler(seed=0)
     device = model.model.embed_tokens.weight.device
     ids = torch.tensor(prompt_ids, dtype=torch.int64, device=device)
     new_tokens: list[int] = []
-    for _ in range(params.max_tokens):
+    for _ in range(max_tokens):
         positions = torch.arange(len(ids), device=device)
         last = torch.tensor([len(ids) - 1], device=device)
         logits = model.forward(ids, positions, output_indices=last)

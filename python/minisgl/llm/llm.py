@@ -12,26 +12,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from minisgl.core import SamplingParams
-from minisgl.engine.config import DTYPES
-from minisgl.scheduler import Scheduler, SchedulerConfig, TokenOutput
+from minisgl.core import SamplingParams, TokenOutput
+from minisgl.engine.config import default_device, resolve_dtype
+from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
-    """"auto" is bfloat16 on a GPU and float32 on a CPU (CPU bf16 is slow and less exact)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
-    return DTYPES[dtype]
 
 
 class LLM:

@@ -1,4 +1,5 @@
-"""Messages into the scheduler (the backend)."""
+"""Messages into the scheduler (the backend). What comes out of it, TokenOutput, is the
+scheduler's own record (core.py), registered as a message in codec.py."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from .codec import message
 @message
 @dataclass
 class UserMsg:
-    """A tokenized request, ready to schedule."""
+    """A tokenized request, ready to schedule. sampling_params.max_tokens None: as many new
+    tokens as the scheduler's context and KV pool leave after the prompt."""
 
     uid: int
     input_ids: list[int]
     sampling_params: SamplingParams
-    # max_tokens was not given: the scheduler lowers it to what its context and KV pool leave
-    fit_max_tokens: bool = False

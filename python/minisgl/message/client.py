@@ -1,6 +1,7 @@
 """The frontend's end of the pipeline: send requests to the tokenizers, await replies by uid.
 
-Both front doors use it: the HTTP API server and the interactive shell. One task reads the
+Both front doors use it: the HTTP API server (server/) and the interactive shell (shell.py), so it
+lives below both of them. One task reads the
 frontend socket and puts each reply on the queue of its request. A request always goes to the same
 tokenizer worker (uid % workers) as its abort later does, so the abort cannot overtake it.
 
@@ -15,16 +16,12 @@ import itertools
 from typing import Any
 
 from minisgl.core import SamplingParams
-from minisgl.message import (
-    AbortMsg,
-    ControlMsg,
-    ControlReply,
-    MessageError,
-    TokenizeMsg,
-    UserReply,
-)
 from minisgl.utils import init_logger
 from minisgl.utils.mp import AsyncPullQueue, PushQueue
+
+from .codec import MessageError
+from .frontend import ControlReply, UserReply
+from .tokenizer import AbortMsg, ControlMsg, TokenizeMsg
 
 logger = init_logger(__name__)
 
@@ -88,8 +85,8 @@ class FrontendClient:
                     queue.put_nowait(reply)
 
     def submit(self, params: SamplingParams, *, text: str | None = None,
-               input_ids: list[int] | None = None, messages: list[dict[str, Any]] | None = None,
-               fit_max_tokens: bool = False) -> RequestStream:
+               input_ids: list[int] | None = None, messages: list[dict[str, Any]] | None = None
+               ) -> RequestStream:
         """Send one request (a prompt text, token ids, or a chat) and return its replies."""
         uid = next(self._uids)
         queue = self._queues[uid] = asyncio.Queue()
@@ -98,9 +95,10 @@ class FrontendClient:
             queue.put_nowait(self._closing_reply(uid))
             return RequestStream(self, uid, queue)
         try:
-            self._send(uid, TokenizeMsg(uid, params, text, input_ids, messages, fit_max_tokens))
+            self._send(uid, TokenizeMsg(uid, params, text, input_ids, messages))
         except MessageError as e:  # a value the wire cannot carry: this request fails alone
-            queue.put_nowait(UserReply(uid, finished=True, finish_reason="error", error=str(e)))
+            queue.put_nowait(UserReply(uid=uid, finished=True, finish_reason="error",
+                                       error=str(e)))
         return RequestStream(self, uid, queue)
 
     def fail_all(self, reason: str) -> None:
@@ -112,7 +110,7 @@ class FrontendClient:
             self._send(uid, AbortMsg(uid))
 
     def _closing_reply(self, uid: int) -> UserReply:
-        return UserReply(uid, finished=True, finish_reason="abort", error=self.closing)
+        return UserReply(uid=uid, finished=True, finish_reason="abort", error=self.closing)
 
     async def control(self, command: str, timeout: float = 30.0) -> ControlReply:
         """Ask the scheduler something ("stats", "flush_cache") and wait for its answer; the

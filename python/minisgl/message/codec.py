@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from minisgl.core import SamplingParams
+from minisgl.core import SamplingParams, TokenOutput
 
 T = TypeVar("T")
 _TYPE_KEY = "_type"
@@ -37,6 +37,7 @@ def message(cls: type[T]) -> type[T]:
 
 
 message(SamplingParams)  # travels inside the request messages
+message(TokenOutput)  # the scheduler's output for one request, sent to the detokenizer
 
 
 def encode(msgs: list[Any]) -> bytes:

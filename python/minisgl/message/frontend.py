@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+from minisgl.core import TokenOutput
 
 from .codec import message
 
 
 @message
-@dataclass
-class UserReply:
-    """What a request produced since its last reply: text, and the tokens behind it."""
+@dataclass(frozen=True)
+class UserReply(TokenOutput):
+    """A scheduler step's output for one request, plus the text its token completes (a token
+    can end in the middle of a character, so the text may lag a token behind)."""
 
-    uid: int
     text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    finished: bool = False
-    finish_reason: str | None = None  # "stop", "length", "abort" or "error"
-    error: str | None = None  # why the request could not run (finish_reason "error")
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens that came from the prefix cache
+
+    @classmethod
+    def of(cls, out: TokenOutput, text: str = "") -> UserReply:
+        return cls(**{f.name: getattr(out, f.name) for f in fields(TokenOutput)}, text=text)
 
 
 @message

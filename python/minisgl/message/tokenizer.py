@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from minisgl.core import SamplingParams
@@ -20,9 +20,6 @@ class TokenizeMsg:
     text: str | None = None  # a completion prompt, encoded with the model's special tokens
     input_ids: list[int] | None = None  # a prompt that is already tokens
     messages: list[dict[str, Any]] | None = None  # a chat, rendered by the chat template
-    # max_tokens was not given: at most sampling_params.max_tokens, as much as the scheduler's
-    # context and KV pool leave after the prompt (only the scheduler knows its pool size)
-    fit_max_tokens: bool = False
 
 
 @message
@@ -40,17 +37,3 @@ class ControlMsg:
 
     uid: int
     command: str
-
-
-@message
-@dataclass
-class DetokenizeMsg:
-    """New tokens of one request from the scheduler; the last one has finished=True."""
-
-    uid: int
-    token_ids: list[int] = field(default_factory=list)
-    finished: bool = False
-    finish_reason: str | None = None  # "stop", "length", "abort" or "error"
-    error: str | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0

@@ -38,6 +38,14 @@ class CacheManager:
     def capacity_tokens(self) -> int:
         return self.num_pages * self.page_size
 
+    def page_counts(self) -> dict[str, int]:
+        """Where the pages are: free, kept by the prefix cache, or held by live requests."""
+        free = len(self._free_pages)
+        cached = (self.prefix_cache.evictable_size + self.prefix_cache.protected_size) \
+            // self.page_size
+        return {"total_pages": self.num_pages, "free_pages": free, "cached_pages": cached,
+                "request_pages": self.num_pages - free - cached}
+
     def match(self, req: Req) -> None:
         """Reuse the longest cached prefix; at least the last prompt token is always computed."""
         result = self.prefix_cache.match_prefix(req.input_ids[: len(req.input_ids) - 1])

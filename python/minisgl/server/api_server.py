@@ -32,9 +32,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from minisgl.message.client import FrontendClient, RequestStream
 from minisgl.utils import init_logger
 
-from .frontend import FrontendClient, RequestStream
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .protocol import (
     ApiError,
@@ -49,7 +49,7 @@ from .stop import StopChecker
 logger = init_logger(__name__)
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
-CHAT_DEFAULT_MAX_TOKENS = 1 << 30  # chat: whatever the context has left (fit_max_tokens)
+CHAT_DEFAULT_MAX_TOKENS = None  # chat: whatever the context and the KV pool leave
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 T = TypeVar("T", bound=BaseModel)
 
@@ -71,20 +71,21 @@ async def pieces(stream: RequestStream, stops: list[str], request: Request) -> A
         async for reply in stream:
             if reply.error is not None:  # "abort" with an error: the server is shutting down
                 raise ApiError(503 if reply.finish_reason == "abort" else 400, reply.error)
-            completion += len(reply.token_ids)
+            new_ids = [] if reply.token is None else [reply.token]
+            completion += len(new_ids)
             text = checker.feed(reply.text)
             reason = "stop" if checker.stopped else reply.finish_reason
             if reason is None and not reply.finished:
                 if await request.is_disconnected():
                     logger.info("request %d: the client left; aborting", stream.uid)
                     return
-                if text or reply.token_ids:
-                    yield Piece(text, reply.token_ids)
+                if text or new_ids:
+                    yield Piece(text, new_ids)
                 continue
             usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": completion,
                      "total_tokens": reply.prompt_tokens + completion,
                      "prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
-            yield Piece(text + checker.flush(), reply.token_ids, reason or "stop", usage)
+            yield Piece(text + checker.flush(), new_ids, reason or "stop", usage)
             return
     finally:
         stream.close()  # aborts the request unless it finished
@@ -198,8 +199,7 @@ def create_app(client: FrontendClient, model_names: list[str],
         req = await body(request, ChatCompletionRequest)
         model = check_model(req.model)
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
-        stream = client.submit(params, messages=req.chat(),
-                               fit_max_tokens=req.asked_max_tokens is None)
+        stream = client.submit(params, messages=req.chat())
         gen = await first_and_rest(pieces(stream, req.stop_strings, request))
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": model}

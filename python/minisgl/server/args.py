@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import torch
 
 from minisgl.attention import BACKENDS
-from minisgl.engine.config import DTYPES
+from minisgl.engine.config import DTYPES, default_device, resolve_dtype
 from minisgl.kvcache import PREFIX_CACHE_KINDS
-from minisgl.llm.llm import default_device, resolve_dtype
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.hf import default_model, resolve_model
 

@@ -76,9 +76,7 @@ class Workers:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
         self.procs: list[mp.process.BaseProcess] = [
             ctx.Process(target=run_scheduler_process, name="scheduler",
-                        # (): the scheduler reads the EOS ids from its model's ModelConfig
-                        args=(args, (), addrs.scheduler, addrs.detokenizer,
-                              addrs.ready)),
+                        args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready)),
             ctx.Process(target=detokenize_worker, name="detokenizer",
                         args=(args.model_path, addrs.detokenizer, addrs.frontend, addrs.ready)),
         ]
@@ -201,8 +199,9 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
 def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None:
     import uvicorn
 
+    from minisgl.message.client import FrontendClient
+
     from .api_server import ApiServer, create_app
-    from .frontend import FrontendClient
     from .guard import loopback_hosts
 
     client = FrontendClient(addrs.tokenizers, addrs.frontend)

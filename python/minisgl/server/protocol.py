@@ -16,8 +16,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl.core import SamplingParams
-from minisgl.scheduler.io import MIN_TEMPERATURE
+from minisgl.core import MIN_TEMPERATURE, SamplingParams
 
 T = TypeVar("T", bound=BaseModel)
 INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit integers
@@ -92,12 +91,13 @@ class _Sampling(_Body):
         """The client's limit on new tokens, None when it gave none."""
         return self.max_tokens
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
+        """The engine's parameters; max_tokens None leaves the limit to the scheduler."""
         # A temperature too small to divide the logits by is greedy in effect: send it as such.
         temperature = self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
         try:
-            return SamplingParams(temperature, self.top_k, self.top_p, self.ignore_eos,
-                                  self.asked_max_tokens or default_max_tokens)
+            max_tokens = self.asked_max_tokens or default_max_tokens
+            return SamplingParams(temperature, self.top_k, self.top_p, self.ignore_eos, max_tokens)
         except ValueError as e:
             raise ApiError(400, str(e), param="top_k" if "top_k" in str(e) else None) from None
 

@@ -21,9 +21,9 @@ from minisgl.message import (
     AbortMsg,
     ControlMsg,
     ControlReply,
-    DetokenizeMsg,
     ReadyMsg,
     TokenizeMsg,
+    TokenOutput,
     UserMsg,
     UserReply,
 )
@@ -46,7 +46,7 @@ def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg) -> UserMsg:
         ids = list(msg.input_ids)
     else:
         raise ValueError("a request needs a prompt, token ids or chat messages")
-    return UserMsg(msg.uid, ids, msg.sampling_params, msg.fit_max_tokens)
+    return UserMsg(msg.uid, ids, msg.sampling_params)
 
 
 def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_addr: str,
@@ -64,7 +64,7 @@ def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_
                 try:
                     to_backend.put([tokenize_request(tokenizer, msg)])
                 except Exception as e:  # a bad chat (say, roles the template refuses)
-                    to_frontend.put([UserReply(msg.uid, finished=True, finish_reason="error",
+                    to_frontend.put([UserReply(uid=msg.uid, finished=True, finish_reason="error",
                                                error=f"cannot tokenize the request: {e}")])
             elif isinstance(msg, (AbortMsg, ControlMsg)):
                 to_backend.put([msg])  # same socket as the request, so it arrives after it
@@ -84,7 +84,7 @@ class DetokenizeManager:
         self.streams: dict[int, IncrementalDetokenizer] = {}
         self.failed: set[int] = set()
 
-    def process(self, msg: DetokenizeMsg) -> UserReply | None:
+    def process(self, msg: TokenOutput) -> UserReply | None:
         """The reply to send, or None for a message of a request that has already failed."""
         if msg.uid in self.failed:
             if msg.finished:
@@ -97,20 +97,19 @@ class DetokenizeManager:
             self.streams.pop(msg.uid, None)
             if not msg.finished:
                 self.failed.add(msg.uid)
-            return UserReply(msg.uid, finished=True, finish_reason="error",
+            return UserReply(uid=msg.uid, finished=True, finish_reason="error",
                              error=f"cannot detokenize the answer ({type(e).__name__})",
                              prompt_tokens=msg.prompt_tokens)
 
-    def _decode(self, msg: DetokenizeMsg) -> UserReply:
+    def _decode(self, msg: TokenOutput) -> UserReply:
         stream = self.streams.get(msg.uid)
         if stream is None:
             stream = self.streams[msg.uid] = self.tokenizer.detokenizer()
-        text = stream.feed(msg.token_ids) if msg.token_ids else ""
+        text = stream.feed(msg.token) if msg.token is not None else ""
         if msg.finished:
             text += stream.finish()
             del self.streams[msg.uid]
-        return UserReply(msg.uid, text, msg.token_ids, msg.finished, msg.finish_reason,
-                         msg.error, msg.prompt_tokens, msg.cached_tokens)
+        return UserReply.of(msg, text)
 
 
 def detokenize_worker(model_dir: str, recv_addr: str, frontend_addr: str, ready_addr: str) -> None:
@@ -123,7 +122,7 @@ def detokenize_worker(model_dir: str, recv_addr: str, frontend_addr: str, ready_
     while True:
         replies: list[Any] = []
         for msg in recv.get_all(block=True):
-            if isinstance(msg, DetokenizeMsg):
+            if isinstance(msg, TokenOutput):
                 if (reply := manager.process(msg)) is not None:
                     replies.append(reply)
             elif isinstance(msg, ControlReply):
