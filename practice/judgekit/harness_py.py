@@ -314,6 +314,13 @@ def serve(load, call) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        # Reap W before H exits: a W with large libraries mapped (triton's) takes a moment to die,
+        # and one still alive when the supervisor sweeps the tree would be reported as a stray.
+        if w.status is None:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
     os._exit(0)
 
 
