@@ -22,12 +22,11 @@ BACKENDS["triton"] = TritonBackend
 
 def create_attn_backend(name: str, kv_cache: MHAKVCache, page_table: torch.Tensor,
                         num_qo_heads: int, num_kv_heads: int) -> BaseAttnBackend:
-    """The backend called `name`, or for "auto" the best one for the pool's device.
-
-    "auto" is torch everywhere for now; the Triton backend (chapter 20) will take CUDA.
-    """
+    """The backend called `name`, or for "auto" the best one for the pool's device: the Triton
+    backend (chapter 20) on a GPU, torch on a CPU (where Triton would only run under its
+    interpreter) and in the trees before chapter 20."""
     if name == "auto":
-        name = "torch"
+        name = "triton" if page_table.is_cuda and "triton" in BACKENDS else "torch"
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r} "
                          f"(available: auto, {', '.join(BACKENDS)})")

@@ -40,3 +40,24 @@ class BaseAttnBackend(ABC):
 
         Returns [tokens, qo_heads, head_dim].
         """
+    # >>> ch15
+
+    # A backend whose decode can be recorded in a CUDA graph (chapter 15) sets this and implements
+    # the three hooks below: static metadata buffers, the metadata a graph is recorded with, and
+    # copying a real batch into those buffers before each replay.
+    supports_cuda_graph = False
+
+    def init_graph_buffers(self, max_bs: int) -> None:
+        """Allocate static metadata buffers for decode batches of up to max_bs requests."""
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_capture(self, batch: Batch) -> None:
+        """Attach metadata that reads the static buffers (rows [0, batch.size)) to a batch of
+        padding rows, the batch a graph is recorded with."""
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_replay(self, batch: Batch, padded_size: int) -> None:
+        """Write a real decode batch's metadata into the static buffers: its rows first, then
+        padding rows up to padded_size that attend over nothing."""
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+    # <<< ch15

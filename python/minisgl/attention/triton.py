@@ -63,6 +63,34 @@ class TritonBackend(BaseAttnBackend):
             meta = TritonAttnMetadata(table_idx, kv_lens, None, 1, splits)
         batch.attn_metadata = meta
 
+    # CUDA graphs (chapter 15): the decode kernel's grid depends only on the batch size and the
+    # split count, and it reads lengths and page-table rows from device tensors, so a graph can
+    # replay it over new lengths once those tensors are static buffers. A padding row has length
+    # 0: no split of it has keys, and the merge writes zeros.
+    supports_cuda_graph = True
+
+    def init_graph_buffers(self, max_bs: int) -> None:
+        device = self.page_table.device
+        self.graph_table_idx = torch.zeros(max_bs, dtype=torch.int32, device=device)
+        self.graph_kv_lens = torch.zeros(max_bs, dtype=torch.int32, device=device)
+
+    def prepare_for_capture(self, batch: Batch) -> None:
+        bs = batch.size
+        splits = self.kernels.choose_num_splits(bs, self.num_kv_heads, self.page_table.shape[1],
+                                                self.page_table.device)
+        batch.attn_metadata = TritonAttnMetadata(self.graph_table_idx[:bs],
+                                                 self.graph_kv_lens[:bs], None, 1, splits)
+
+    def prepare_for_replay(self, batch: Batch, padded_size: int) -> None:
+        n = batch.size
+        self.graph_table_idx[:n].copy_(torch.tensor([r.table_idx for r in batch.reqs],
+                                                    dtype=torch.int32))
+        self.graph_kv_lens[:n].copy_(torch.tensor([r.seq_len for r in batch.reqs],
+                                                  dtype=torch.int32))
+        # Padding rows attend over nothing (and their page-table rows are never read); a length
+        # left by an earlier, larger batch would make them attend over its keys for no use.
+        self.graph_kv_lens[n:padded_size].zero_()
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)

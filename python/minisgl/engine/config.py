@@ -32,7 +32,7 @@ class EngineConfig:
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
     dummy_weight: bool = False
-    attention_backend: str = "torch"
+    attention_backend: str = "auto"  # auto: Triton on a GPU (chapter 20), torch on a CPU
     page_size: int = 1
     num_pages: int | None = None  # None: size the pool from memory_ratio (GPU) or cpu_kv_bytes
     memory_ratio: float = 0.9  # GPU: share of the memory left after the weights used for KV
@@ -40,6 +40,11 @@ class EngineConfig:
     max_running_reqs: int = 256
     max_seq_len: int | None = None  # None: the model's max_position_embeddings
     seed: int | None = None  # sampling seed; None draws one
+    # >>> ch15
+    # Decode batches up to this size run as CUDA graphs (GPU and Triton attention only).
+    # None: 256, or max_running_reqs when smaller; 0: never.
+    cuda_graph_max_bs: int | None = None
+    # <<< ch15
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -50,3 +55,7 @@ class EngineConfig:
             raise ValueError(f"memory_ratio must be in (0, 1], got {self.memory_ratio}")
         if self.max_running_reqs < 1:
             raise ValueError(f"max_running_reqs must be >= 1, got {self.max_running_reqs}")
+        # >>> ch15
+        if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 0:
+            raise ValueError(f"cuda_graph_max_bs must be >= 0, got {self.cuda_graph_max_bs}")
+        # <<< ch15

@@ -64,8 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
                    choices=PREFIX_CACHE_KINDS)
     p.add_argument("--attn", "--attention-backend", dest="attention_backend",
-                   default=ServerArgs.attention_backend, choices=sorted(BACKENDS))
+                   default=ServerArgs.attention_backend, choices=["auto", *sorted(BACKENDS)],
+                   help="auto: triton on a GPU, torch on a CPU")
     p.add_argument("--page-size", type=int, default=ServerArgs.page_size)
+    # >>> ch15
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None,
+                   help="decode batches up to this size run as CUDA graphs (GPU with triton "
+                        "attention; default 256 or --max-running-requests if smaller; 0: off)")
+    # <<< ch15
     p.add_argument("--num-pages", type=int, default=None, help="KV pool size in pages")
     p.add_argument("--memory-ratio", type=float, default=ServerArgs.memory_ratio,
                    help="GPU: share of the memory left after the weights used for the KV pool")
@@ -123,7 +129,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             max_running_reqs=ns.max_running_reqs, max_seq_len=ns.max_seq_len,
             cache_type=ns.cache_type, max_prefill_length=ns.max_prefill_length,
             host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer,
-            max_body_bytes=ns.max_body_bytes)
+            max_body_bytes=ns.max_body_bytes,
+            # >>> ch15
+            cuda_graph_max_bs=ns.cuda_graph_max_bs,
+            # <<< ch15
+        )
     except ValueError as e:
         raise FlagError(str(e)) from None
     return args, ns.shell
