@@ -413,3 +413,94 @@ def test_guard_refuses_minisgl_from_outside_the_tree(tmp_path):
     )
     assert result.returncode != 0
     assert "steps.py isolation" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# check --record-proven: tests that passed on code the final tree holds unchanged
+
+
+def proven_repo(tmp_path: Path) -> Path:
+    """moving.py changes in chapter 5 and later.py arrives then; stable.py never changes."""
+    files = {
+        PKG + "__init__.py": "",
+        PKG + "stable.py": src("X = 1", opens("ch01"), "Y = 2", closes("ch01")),
+        PKG + "moving.py": src(
+            opens("ch05"), "VALUE = 5", closes("ch05"),
+            opens("before ch05"), "# VALUE = 1", closes("before ch05"),
+        ),
+        PKG + "later.py": "",
+        "tests/test_ch01.py": src(
+            "import minisgl.stable", "", "def test_stable():", "    assert minisgl.stable.Y == 2"
+        ),
+        "tests/test_ch02.py": src(
+            "import minisgl.moving", "", "def test_moving():", "    assert minisgl.moving.VALUE == 1"
+        ),
+        # the import happens only in a child that ends by os._exit, so no atexit hook runs
+        "tests/test_ch03.py": src(
+            "import subprocess",
+            "import sys",
+            "",
+            "def test_moving_in_a_child():",
+            "    code = 'import os, minisgl.moving; os._exit(minisgl.moving.VALUE - 1)'",
+            "    subprocess.run([sys.executable, '-c', code], check=True)",
+        ),
+        "tests/test_ch04.py": src(
+            "import importlib.util",
+            "",
+            "def test_no_later_yet():",
+            "    assert importlib.util.find_spec('minisgl.later') is None",
+        ),
+        "tests/test_ch05.py": src(
+            "import minisgl.moving", "", "def test_fails():", "    assert minisgl.moving.VALUE == 6"
+        ),
+    }
+    first = [PKG + "__init__.py", PKG + "stable.py", PKG + "moving.py"]
+    chapters = [
+        {"number": 1, "files": first, "tests": ["tests/test_ch01.py"]},
+        {"number": 2, "tests": ["tests/test_ch02.py"]},
+        {"number": 3, "tests": ["tests/test_ch03.py"]},
+        {"number": 4, "tests": ["tests/test_ch04.py"]},
+        {"number": 5, "files": [PKG + "later.py"], "tests": ["tests/test_ch05.py"]},
+    ]
+    return make_repo(tmp_path, chapters, files)
+
+
+@pytest.fixture(scope="module")
+def proven_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """One check of the five chapters (a pytest run each): its output and the proven list."""
+    tmp_path = tmp_path_factory.mktemp("proven")
+    root = proven_repo(tmp_path / "repo")
+    listed = tmp_path / "proven.txt"
+    result = run_steps("--root", str(root), "check", "--record-proven", str(listed))
+    return result, listed.read_text().splitlines()
+
+
+def test_tests_on_unchanged_files_are_proven(proven_check):
+    # stable.py has a marker, but for chapter 1 itself: the code is the final one
+    result, proven = proven_check
+    assert proven == ["tests/test_ch01.py"], result.stdout
+    assert "test files proven on final code: 1; re-run by pytest because their code changed " \
+           "later: 3" in result.stdout
+
+
+def test_tests_on_a_file_changed_later_run_again(proven_check):
+    result, _ = proven_check
+    assert f"re-run tests/test_ch02.py: {PKG}moving.py changed" in result.stdout
+
+
+def test_a_child_processes_imports_count(proven_check):
+    result, _ = proven_check
+    assert f"re-run tests/test_ch03.py: {PKG}moving.py changed" in result.stdout
+
+
+def test_a_module_missing_then_present_later_counts(proven_check):
+    result, _ = proven_check
+    assert f"re-run tests/test_ch04.py: {PKG}later.py changed" in result.stdout
+
+
+def test_a_failing_chapter_records_nothing(proven_check):
+    # chapter 5's tests use only final code, but they fail
+    result, proven = proven_check
+    assert result.returncode == 1 and "4/5 chapters passed; failed: ch05" in result.stdout
+    assert "tests/test_ch05.py" not in proven and "test_ch05" not in result.stdout.split(
+        "chapters passed")[1]

@@ -44,7 +44,13 @@ Commands:
     python tools/steps.py list                  one line per chapter
     python tools/steps.py tree N                the package tree after chapter N
     python tools/steps.py materialize N DEST    write the tree after chapter N into DEST
-    python tools/steps.py check [N ...] [--keep]  build each tree, run its main and tests there
+    python tools/steps.py check [N ...] [--keep] [--record-proven FILE]
+                                                build each tree, run its main and tests there
+
+While a chapter's tests run, every Python process in its tree records the files of the tree it
+reads. When the tests pass and every one of those files is the same in the final tree, the final
+`pytest` run would only repeat them: they are *proven on final code*, and `--record-proven` lists
+them for tools/run_tests.sh to skip.
 
 `--root DIR` and `--manifest FILE` point the commands at another repository (the tests use this).
 """
@@ -585,12 +591,17 @@ def _yes(flag: bool) -> str:
 
 
 # Runs first in every child: hide the real repository and any editable install of it, and refuse
-# to import minisgl from anywhere but the chapter tree.
+# to import minisgl from anywhere but the chapter tree. While a chapter's tests run
+# (MINISGL_STEPS_RECORD set), it also records which files of the tree they use: see _note.
 SITECUSTOMIZE = """\
+import atexit
 import os
 import sys
 
 _TREE = os.path.realpath(os.environ["MINISGL_STEPS_TREE"])
+_TREES = {_TREE, os.path.abspath(os.environ["MINISGL_STEPS_TREE"])}
+_RECORD = os.environ.get("MINISGL_STEPS_RECORD")
+_noted = set()
 _HIDE = [os.path.realpath(p) for p in os.environ["MINISGL_STEPS_HIDE"].split(os.pathsep) if p]
 
 
@@ -625,6 +636,7 @@ class _OnlyFromTree:
             if spec is not None:
                 break
         else:
+            _note_missing(name, path)
             return None
         places = [spec.origin] if spec.origin else list(spec.submodule_search_locations or [])
         for place in places:
@@ -636,6 +648,59 @@ class _OnlyFromTree:
 
 
 sys.meta_path.insert(0, _OnlyFromTree)
+
+
+# One line per file of the tree, relative to it, written at once with O_APPEND: lines from
+# concurrent processes never mix, and a worker that ends by os._exit or a signal has still
+# recorded what it read.
+def _note(path):
+    if not _RECORD:
+        return
+    path = os.path.abspath(path)
+    if os.sep + "__pycache__" + os.sep in path:
+        return  # bytecode caches: the tree has none, the repository may
+    for tree in _TREES:
+        if path.startswith(tree + os.sep):
+            relative = path[len(tree) + 1 :]
+            if relative not in _noted:
+                _noted.add(relative)
+                fd = os.open(_RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, os.fsencode(relative) + b"\\n")
+                finally:
+                    os.close(fd)
+            return
+
+
+def _note_missing(name, path):
+    # A minisgl module this tree lacks: where the final tree may have it, so that a test that
+    # behaves differently once it exists (importorskip, find_spec) is not taken as proven.
+    tail = name.rpartition(".")[2]
+    for folder in path or sys.path:
+        _note(os.path.join(folder, tail + ".py"))
+        _note(os.path.join(folder, tail))
+
+
+def _note_reads(event, args):
+    # Every file opened for reading: imported sources (io.open_code) and data files alike.
+    if event != "open" or args[0] is None or isinstance(args[0], int):
+        return
+    if args[2] & os.O_ACCMODE != os.O_RDONLY:
+        return  # written, not read: a file the test makes is no input
+    _note(os.fsdecode(args[0]))  # a record that cannot be written fails the test's open()
+
+
+def _note_modules():
+    # Extension modules load without an `open` event; every module's file is in sys.modules.
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            _note(file)
+
+
+if _RECORD:
+    sys.addaudithook(_note_reads)
+    atexit.register(_note_modules)
 """
 
 
@@ -681,7 +746,22 @@ def _text(part: str | bytes | None) -> str:
     return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
 
 
-def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> bool:
+@dataclass
+class ChapterCheck:
+    """What `check` learned about one chapter."""
+
+    tests: list[str]
+    ok: bool
+    changed: list[str] = field(default_factory=list)  # files its tests used that change later
+
+    @property
+    def proven(self) -> bool:
+        """Its tests passed on code that the final tree holds unchanged, so running them again
+        on the final tree would only repeat this run."""
+        return self.ok and bool(self.tests) and not self.changed
+
+
+def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> ChapterCheck:
     ch = manifest.chapter(n)
     print(f"== ch{n:02d} {ch.title}", flush=True)
     tree = workdir / f"ch{n:02d}"
@@ -689,47 +769,113 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> 
         materialize(n, tree, manifest)
     except StepsError as e:
         print(f"   tree   FAIL\n{_indent(str(e))}", flush=True)
-        return False
+        return ChapterCheck(ch.tests, ok=False)
     site_dir = workdir / "site"
     site_dir.mkdir(exist_ok=True)
     (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    record = workdir / "used" / f"ch{n:02d}.txt"  # what the tests read, see SITECUSTOMIZE
+    record.parent.mkdir(exist_ok=True)
     env = child_env(tree, site_dir, manifest.root)
-    steps = [("main ", [sys.executable, ch.main], ch.main)]
+    steps = [("main ", [sys.executable, ch.main], ch.main, env)]
     if ch.tests:
         pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ch.tests]
-        steps.append(("tests", pytest, "pytest " + " ".join(ch.tests)))
+        recording = {**env, "MINISGL_STEPS_RECORD": str(record)}
+        steps.append(("tests", pytest, "pytest " + " ".join(ch.tests), recording))
     ok = True
-    for label, command, shown in steps:
+    for label, command, shown, step_env in steps:
         print(f"   {label}  {shown} ...", end=" ", flush=True)
-        result = run_step(command, tree, env, timeout)
+        result = run_step(command, tree, step_env, timeout)
         last = result.output.strip().splitlines()[-1:] or [""]
         verdict = "ok" if result.ok else "FAIL"
         print(f"{verdict} ({result.seconds:.1f}s)  {last[0][:80]}", flush=True)
         if not result.ok:
             ok = False
             print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
-    return ok
+    found = ChapterCheck(ch.tests, ok)
+    if ok and ch.tests:
+        used = used_files(ch, tree, record)
+        found.changed = [path for path in used if not same_as_final(manifest, tree, path)]
+        if found.changed:
+            more = f" (and {len(found.changed) - 1} more)" if len(found.changed) > 1 else ""
+            print(f"   final  {found.changed[0]}{more} changes later: pytest runs these tests "
+                  "again on the final tree", flush=True)
+        else:
+            print(f"   final  all {len(used)} files these tests used are final: proven", flush=True)
+    return found
+
+
+# What pytest reads before any test (configuration, conftest files): it shapes every run, so it
+# counts as used although no test opens it. Files absent from both trees compare equal.
+PYTEST_INPUTS = ["pyproject.toml", "pytest.ini", "conftest.py", "tests/__init__.py",
+                 "tests/conftest.py"]
+# A compiler that a test starts reads the headers a C/CUDA file includes, and no Python process
+# sees those reads: a test that uses one such file counts as using every one in the tree.
+NATIVE = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp")
+FINAL = sys.maxsize  # a chapter after every other one: render(lines, FINAL) is the final engine
+
+
+def used_files(ch: Chapter, tree: Path, record: Path) -> list[str]:
+    """The files of the tree that the chapter's test run read or looked for, relative to it."""
+    used = set(record.read_text(encoding="utf-8").splitlines()) if record.is_file() else set()
+    used |= {*ch.tests, *PYTEST_INPUTS}
+    if any(path.endswith(NATIVE) for path in used):
+        used |= {file.relative_to(tree).as_posix() for file in tree.rglob("*")
+                 if file.is_file() and file.name.endswith(NATIVE)}
+    return sorted(used)
+
+
+def same_as_final(manifest: Manifest, tree: Path, path: str) -> bool:
+    """Whether `path` is in the chapter tree as it is in the final tree (the repository).
+
+    Marker lines and commented-out `before` blocks aside: a file whose markers all belong to
+    this chapter or earlier ones holds the same code in both trees."""
+    here, final = tree / path, manifest.root / path
+    if not (here.exists() and final.exists()) or here.is_dir() or final.is_dir():
+        return here.exists() == final.exists() and here.is_dir() == final.is_dir()
+    return here.read_bytes() == final_bytes(manifest, path)
+
+
+def final_bytes(manifest: Manifest, path: str) -> bytes:
+    """The file as a tree after every chapter, planned ones included, would hold it."""
+    source = manifest.root / path
+    marked = path in manifest.added_in or any(
+        path == item or path.startswith(item + "/") for item in SUPPORT if item != "tools"
+    )  # as materialize writes them: tools/ is copied as it is
+    if marked and is_text(source):
+        return render(manifest.parsed(path), FINAL).encode("utf-8")
+    return source.read_bytes()
 
 
 def _indent(text: str) -> str:
     return "\n".join("   | " + line for line in text.splitlines())
 
 
-def check(manifest: Manifest, numbers: list[int], keep: bool, timeout: float) -> bool:
+def check(
+    manifest: Manifest, numbers: list[int], keep: bool, timeout: float,
+    record_proven: Path | None = None,
+) -> bool:
     workdir = Path(tempfile.mkdtemp(prefix="minisgl-steps-"))
-    failed = []
+    checks: dict[int, ChapterCheck] = {}
     try:
         for n in numbers or [ch.number for ch in manifest.chapters]:
-            if not check_chapter(manifest, n, workdir, timeout):
-                failed.append(n)
+            checks[n] = check_chapter(manifest, n, workdir, timeout)
     finally:
         if keep:
             print(f"trees kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    total = len(numbers or manifest.chapters)
+    failed = [n for n, found in checks.items() if not found.ok]
     summary = ", ".join(f"ch{n:02d}" for n in failed) or "none"
-    print(f"{total - len(failed)}/{total} chapters passed; failed: {summary}")
+    print(f"{len(checks) - len(failed)}/{len(checks)} chapters passed; failed: {summary}")
+    proven = [test for found in checks.values() if found.proven for test in found.tests]
+    rerun = [(test, found.changed[0]) for found in checks.values() if found.changed
+             for test in found.tests]
+    print(f"test files proven on final code: {len(proven)}; re-run by pytest because their code "
+          f"changed later: {len(rerun)}")
+    for test, changed in rerun:
+        print(f"   re-run {test}: {changed} changed")
+    if record_proven is not None:
+        record_proven.write_text("".join(test + "\n" for test in proven), encoding="utf-8")
     return not failed
 
 
@@ -754,6 +900,10 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("n", type=int, nargs="*", help="chapters (default: all)")
     chk.add_argument("--keep", action="store_true", help="keep the trees and print where")
     chk.add_argument("--timeout", type=float, default=600, help="seconds per main or test run")
+    chk.add_argument(
+        "--record-proven", type=Path, metavar="FILE",
+        help="write the test files proven on final code to FILE, one per line",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -773,7 +923,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "materialize":
             print(materialize(args.n, args.dest, manifest))
         else:
-            return 0 if check(manifest, args.n, args.keep, args.timeout) else 1
+            passed = check(manifest, args.n, args.keep, args.timeout, args.record_proven)
+            return 0 if passed else 1
     except StepsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
