@@ -58,7 +58,7 @@ def cuda_graph_sizes(max_bs: int | None, max_running_reqs: int, device: torch.de
         logger.info("CUDA graphs are off (cuda_graph_max_bs=0): every step runs eagerly")
         return []
     if not backend.supports_cuda_graph:
-        logger.info("CUDA graphs are off: the %s attention backend cannot be captured "
+        logger.info("CUDA graphs are off: the attention backend %s cannot be captured "
                     "(--attn triton or auto can)", type(backend).__name__)
         return []
     # A decode batch never has more rows than running requests (and the backends' workspaces

@@ -1,0 +1,157 @@
+"""Decode latency: milliseconds per decode step of Qwen3-0.6B (random bf16 weights), through the
+whole scheduler path (`LLM`'s scheduler: batch building, the forward pass, sampling, the tokens back
+on the CPU), with CUDA graphs and without, beside Hugging Face transformers generate on the same
+weights in the same process.
+
+    python benchmarks/decode_latency.py [--batch-sizes 1 64] [--steps 200] [--prompt-len 32]
+
+Each batch runs `--steps` decode steps after one prefill step; the figure is the mean over those
+steps. HF's figure is (time of generate for 1 + N tokens - time for 1 token) / N, with its default
+dynamic cache. With graphs, the GPU time of the replays (CUDA events around each replay, input
+copies included) is printed too: what is left of a step is the scheduler's and sampler's host time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import transformers
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.tokenizer import load_tokenizer
+from minisgl.utils.hf import resolve_model
+
+TARGET_MS = 1.0  # batch 1 with CUDA graphs
+
+
+def random_qwen3_folder() -> str:
+    """Qwen3-0.6B with HF's own random initialisation in bf16, saved with the tokenizer, so that
+    both engines load the very same weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    qwen = resolve_model("Qwen/Qwen3-0.6B", dummy_weight=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(qwen),
+                                             dtype=torch.bfloat16)
+    folder = tempfile.mkdtemp(prefix="qwen3-0.6b-")
+    model.save_pretrained(folder)
+    load_tokenizer(qwen).hf.save_pretrained(folder)
+    return folder
+
+
+def random_prompts(batch: int, length: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 150000, (batch, length), generator=gen).tolist()
+
+
+def replay_timer(llm: LLM) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    """CUDA events around every replay from now on."""
+    runner = llm.scheduler.engine.graph_runner
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    replay = runner.replay
+
+    def timed(batch):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        logits = replay(batch)
+        end.record()
+        events.append((start, end))
+        return logits
+
+    runner.replay = timed
+    return events
+
+
+def ms_per_decode_step(llm: LLM, prompts: list[list[int]], steps: int) -> float:
+    sched = llm.scheduler
+    params = SamplingParams(max_tokens=steps + 1, ignore_eos=True)
+    for p in prompts:
+        sched.add_request(p, params)
+    sched.step()  # the prefill of every prompt
+    decode_steps = sched.stats().decode_batches
+    start = time.perf_counter()
+    while sched.has_work:
+        sched.step()  # returns once the sampled tokens are on the CPU
+    elapsed = time.perf_counter() - start
+    assert sched.stats().decode_batches - decode_steps == steps, "prefill took several steps"
+    sched.flush_cache()
+    return elapsed / steps * 1000
+
+
+def hf_ms_per_step(model, prompts: list[list[int]], steps: int) -> float:
+    from transformers import GenerationConfig
+
+    ids = torch.tensor(prompts, device="cuda")
+    mask = torch.ones_like(ids)
+
+    def generate(new_tokens: int) -> float:
+        config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                                  pad_token_id=0)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, generation_config=config)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    generate(2)  # warm-up
+    return (generate(1 + steps) - generate(1)) / steps * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--hf-steps", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}; Qwen3-0.6B random bf16 weights, prompts of "
+          f"{args.prompt_len} tokens, {args.steps} decode steps (HF: {args.hf_steps})", flush=True)
+    folder = random_qwen3_folder()
+    max_bs = max(args.batch_sizes)
+    ours: dict[str, dict[int, float]] = {}
+    replay_ms: dict[int, float] = {}
+    for label, graph_max_bs in (("CUDA graphs", None), ("eager", 0)):
+        llm = LLM(folder, dtype="bfloat16", device="cuda", attention_backend="triton",
+                  cuda_graph_max_bs=graph_max_bs, max_running_reqs=max_bs, page_size=16,
+                  num_pages=max_bs * (args.prompt_len + args.steps + 16) // 16 + 64)
+        ms_per_decode_step(llm, random_prompts(2, args.prompt_len, seed=0), steps=8)  # warm-up
+        ours[label] = {}
+        for bs in args.batch_sizes:
+            events = replay_timer(llm) if graph_max_bs is None else []
+            ours[label][bs] = ms_per_decode_step(llm, random_prompts(bs, args.prompt_len, bs),
+                                                 args.steps)
+            if events:
+                torch.cuda.synchronize()
+                replay_ms[bs] = statistics.median(s.elapsed_time(e) for s, e in events)
+            print(f"minisgl ({label}) batch {bs:3d}: {ours[label][bs]:7.3f} ms/step"
+                  + (f" (replay GPU time {replay_ms[bs]:.3f} ms)" if bs in replay_ms else ""),
+                  flush=True)
+        llm.shutdown()
+        del llm
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).cuda().eval()
+    for bs in args.batch_sizes:
+        theirs = hf_ms_per_step(hf, random_prompts(bs, args.prompt_len, bs), args.hf_steps)
+        graphs, eager = ours["CUDA graphs"][bs], ours["eager"][bs]
+        print(f"batch {bs:3d}: minisgl with CUDA graphs {graphs:7.3f} ms/step, eager "
+              f"{eager:7.3f} ms/step (graphs {eager / graphs:.1f}x faster), transformers "
+              f"generate {theirs:7.3f} ms/step; transformers / minisgl with graphs "
+              f"{theirs / graphs:.1f}x", flush=True)
+    if 1 in args.batch_sizes:
+        met = ours["CUDA graphs"][1] <= TARGET_MS
+        print(f"target <= {TARGET_MS} ms/step at batch 1 with CUDA graphs: "
+              f"{'met' if met else 'NOT met'} ({ours['CUDA graphs'][1]:.3f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Chapters 15 (CUDA graphs) and 20 (Triton attention) on one GPU, in one command of at most ~9 min:
+#
+#   bash benchmarks/run_stage4_gpu.sh
+#
+# Needs the bundled Qwen3-0.6B config and tokenizer in .cache/models/Qwen/Qwen3-0.6B (18 MB; make
+# it here with `mkdir -p .cache/models && cp -r ~/.cache/minisgl/models/Qwen .cache/models/` and
+# carry .cache). Writes $OUT/<step>.txt for each step (OUT defaults to /tmp/stage4) and a summary.
+# Every step has a time limit, and a failing or timed-out step does not stop the ones after it.
+set -u
+OUT=${OUT:-/tmp/stage4}
+mkdir -p "$OUT"
+export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DEADLINE=$((SECONDS + 540))  # the whole script; each step also gets at most what is left
+NOISE='Loading weights|Writing model shards|generation_config|^\s*$'
+
+MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
+MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)' 2>&1)"
+MACHINE+=$'\n'"commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "$MACHINE"
+[ -d .cache/models/Qwen/Qwen3-0.6B ] || echo "WARNING: .cache/models/Qwen/Qwen3-0.6B is missing: steps 2-4 will fail"
+
+# step NAME LIMIT_S COMMAND...: run COMMAND under a time limit, output to the screen and $OUT/NAME.txt
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((DEADLINE - SECONDS))
+  ((left < limit)) && limit=$left
+  if ((limit < 20)); then
+    echo "+++ $name: skipped, the script's time is up" | tee "$OUT/$name.txt"
+    return
+  fi
+  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
+  {
+    echo "\$ $*"
+    echo "$MACHINE"
+    timeout -k 10 "$limit" "$@" 2>&1
+    local rc=$?
+    ((rc == 124 || rc == 137)) && echo "TIMED OUT after $limit s"
+    echo "exit status $rc"
+  } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
+}
+
+# 0. The CUDA extension of chapter 19 (about a minute, once): later steps load it from .cache.
+step cuda_ext 150 python -c 'import sys; from minisgl.kernel import cuda_ext; sys.exit(cuda_ext.load_extension() is None)'
+# 1. The GPU tests of chapters 15 and 20.
+step test_stage4_gpu 200 python -m pytest -q -m gpu -p no:cacheprovider \
+  tests/test_ch15_cuda_graph.py tests/test_ch20_triton_attention.py tests/test_ch20_triton_backend.py
+# 2. Greedy tokens: triton + CUDA graphs == torch eager == HF (fp32); bf16 logits of one step.
+step attention_parity 150 python benchmarks/gpu_attention_parity.py
+# 3. ms per decode step, batch 1 and 64: graphs, eager, HF generate.
+step decode_latency 150 python benchmarks/decode_latency.py
+# 4. The chapter-11 offline throughput benchmark, now with Triton attention and CUDA graphs.
+step offline_bench_graphs 150 python -m minisgl.benchmark.offline --model Qwen/Qwen3-0.6B \
+  --dummy-weight --compare-hf --num-requests 64
+
+echo "+++ [$SECONDS s] summary" | tee "$OUT/summary.txt"
+grep -H -E "passed|failed|error|^ok|^FAIL|checks|ms/step|target|speedup|tok/s|CUDA graphs:|TIMED OUT|exit status|skipped" \
+  "$OUT"/cuda_ext.txt "$OUT"/test_stage4_gpu.txt "$OUT"/attention_parity.txt \
+  "$OUT"/decode_latency.txt "$OUT"/offline_bench_graphs.txt 2>&1 | tee -a "$OUT/summary.txt"
