@@ -504,3 +504,26 @@ def test_a_failing_chapter_records_nothing(proven_check):
     assert result.returncode == 1 and "4/5 chapters passed; failed: ch05" in result.stdout
     assert "tests/test_ch05.py" not in proven and "test_ch05" not in result.stdout.split(
         "chapters passed")[1]
+
+
+def test_used_files_add_headers_and_drop_folders(tmp_path):
+    # a.cu is read from Python; nvcc reads b.cuh unseen, so every C/CUDA file of the tree counts
+    files = {
+        PKG + "k/a.cu": '#include "b.cuh"\n',
+        PKG + "k/b.cuh": src("int x;", "// " + ">>> ch02", "int y;", "// " + "<<< ch02"),
+        "tests/test_ch01.py": "",
+    }
+    chapters = [
+        {"number": 1, "files": [PKG + "k/a.cu", PKG + "k/b.cuh"], "tests": ["tests/test_ch01.py"]},
+        {"number": 2},
+    ]
+    manifest = steps.load_manifest(make_repo(tmp_path / "repo", chapters, files))
+    tree = steps.materialize(1, tmp_path / "tree", manifest)
+    record = tmp_path / "record.txt"
+    # "python" is a folder (shutil.rmtree's names land so); nowhere.txt is absent from both trees
+    record.write_text(f"{PKG}k/a.cu\npython\nnowhere.txt\n")
+    used = steps.used_files(manifest.chapter(1), tree, record, manifest.root)
+    assert {PKG + "k/a.cu", PKG + "k/b.cuh", "nowhere.txt", "tests/test_ch01.py"} <= set(used)
+    assert "python" not in used
+    changed = [path for path in used if not steps.same_as_final(manifest, tree, path)]
+    assert changed == [PKG + "k/b.cuh"]

@@ -678,7 +678,7 @@ def _note_missing(name, path):
     tail = name.rpartition(".")[2]
     for folder in path or sys.path:
         _note(os.path.join(folder, tail + ".py"))
-        _note(os.path.join(folder, tail))
+        _note(os.path.join(folder, tail, "__init__.py"))
 
 
 def _note_reads(event, args):
@@ -793,14 +793,15 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> 
             print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
     found = ChapterCheck(ch.tests, ok)
     if ok and ch.tests:
-        used = used_files(ch, tree, record)
+        used = used_files(ch, tree, record, manifest.root)
         found.changed = [path for path in used if not same_as_final(manifest, tree, path)]
         if found.changed:
             more = f" (and {len(found.changed) - 1} more)" if len(found.changed) > 1 else ""
             print(f"   final  {found.changed[0]}{more} changes later: pytest runs these tests "
                   "again on the final tree", flush=True)
         else:
-            print(f"   final  all {len(used)} files these tests used are final: proven", flush=True)
+            read = sum((tree / path).is_file() for path in used)
+            print(f"   final  the {read} files these tests read are all final: proven", flush=True)
     return found
 
 
@@ -814,24 +815,31 @@ NATIVE = (".c", ".cc", ".cpp", ".cu", ".cuh", ".h", ".hpp")
 FINAL = sys.maxsize  # a chapter after every other one: render(lines, FINAL) is the final engine
 
 
-def used_files(ch: Chapter, tree: Path, record: Path) -> list[str]:
-    """The files of the tree that the chapter's test run read or looked for, relative to it."""
+def used_files(ch: Chapter, tree: Path, record: Path, root: Path) -> list[str]:
+    """The files of the tree that the chapter's test run read or looked for, relative to it.
+
+    Folders do not count: opening one reads no content, and a name that os.open resolves
+    against a folder descriptor (shutil.rmtree opens every folder it removes so) reaches the
+    record as if it were relative to the tree, since the audit event does not carry the
+    descriptor."""
     used = set(record.read_text(encoding="utf-8").splitlines()) if record.is_file() else set()
     used |= {*ch.tests, *PYTEST_INPUTS}
     if any(path.endswith(NATIVE) for path in used):
         used |= {file.relative_to(tree).as_posix() for file in tree.rglob("*")
                  if file.is_file() and file.name.endswith(NATIVE)}
-    return sorted(used)
+    return sorted(path for path in used if not (tree / path).is_dir()
+                  and not (root / path).is_dir())
 
 
 def same_as_final(manifest: Manifest, tree: Path, path: str) -> bool:
-    """Whether `path` is in the chapter tree as it is in the final tree (the repository).
+    """Whether the file `path` is in the chapter tree as in the final tree (the repository),
+    or absent from both.
 
     Marker lines and commented-out `before` blocks aside: a file whose markers all belong to
     this chapter or earlier ones holds the same code in both trees."""
     here, final = tree / path, manifest.root / path
-    if not (here.exists() and final.exists()) or here.is_dir() or final.is_dir():
-        return here.exists() == final.exists() and here.is_dir() == final.is_dir()
+    if not (here.is_file() and final.is_file()):
+        return here.exists() == final.exists()
     return here.read_bytes() == final_bytes(manifest, path)
 
 
