@@ -517,44 +517,40 @@ def cuda_version_flags() -> list[str]:
     return [f"-DMINISGL_EMU_CUDA_VERSION={version}"]
 
 
-def build(path: Path, echo: bool = True) -> tuple[Path | None, str]:
-    """Rewrites, stages and compiles one program; returns (binary or None, compiler output)."""
-    runtime, log = build_runtime(echo)
-    if runtime is None:
-        return None, log
+def _stage(path: Path) -> tuple[Stager, Path, list[str], str]:
+    """Rewrites one program's sources into the staging folder (not yet written); returns the
+    stager, the staged main file, the compiler flags and a digest of everything that goes into
+    the build, so an unchanged program is never compiled twice."""
     stager = Stager(path)
-    try:
-        main = stager.stage(path)
-    except (RewriteError, OSError) as e:
-        return None, f"emu: {e}\n"
+    main = stager.stage(path)
     flags = [*PROGRAM_FLAGS, *cuda_version_flags()]
     h = hashlib.sha256()
     for part in (compiler_id(), " ".join(flags), runtime_digest(), str(CSRC_DIR)):
         h.update(part.encode() + b"\0")
     for target in sorted(stager.contents):
         h.update(str(target).encode() + b"\0" + stager.contents[target].encode() + b"\0")
-    binary = cache_root() / "bin" / h.hexdigest()[:20] / path.stem
+    return stager, main, flags, h.hexdigest()[:20]
+
+
+def _source_flags(path: Path, flags: list[str]) -> list[str]:
+    return [compiler(), *flags, "-include", str(RUNTIME_DIR / "emu_cuda.h"), "-I", str(path.parent),
+            "-I", str(CSRC_DIR), "-I", str(RUNTIME_DIR), "-x", "c++"]
+
+
+def build(path: Path, echo: bool = True) -> tuple[Path | None, str]:
+    """Rewrites, stages and compiles one program; returns (binary or None, compiler output)."""
+    runtime, log = build_runtime(echo)
+    if runtime is None:
+        return None, log
+    try:
+        stager, main, flags, digest = _stage(path)
+    except (RewriteError, OSError) as e:
+        return None, f"emu: {e}\n"
+    binary = cache_root() / "bin" / digest / path.stem
     if binary.exists():
         return binary, ""
     stager.write()
-    cmd = [
-        compiler(),
-        *flags,
-        "-include",
-        str(RUNTIME_DIR / "emu_cuda.h"),
-        "-I",
-        str(path.parent),
-        "-I",
-        str(CSRC_DIR),
-        "-I",
-        str(RUNTIME_DIR),
-        "-x",
-        "c++",
-        str(main),
-        "-x",
-        "none",
-        str(runtime),
-    ]
+    cmd = [*_source_flags(path, flags), str(main), "-x", "none", str(runtime)]
     ok, log = _compile(cmd, binary, echo)
     return (binary if ok else None), log
 
@@ -563,23 +559,15 @@ def compile_unit(path: Path, echo: bool = True) -> tuple[Path | None, str]:
     """Rewrites, stages and compiles one translation unit to an object file (`-c`): for programs
     built from several units that must not see each other's text (the practice judge compiles
     a learner's kernels apart from the test program that checks them)."""
-    stager = Stager(path)
     try:
-        main = stager.stage(path)
+        stager, main, flags, digest = _stage(path)
     except (RewriteError, OSError) as e:
         return None, f"emu: {e}\n"
-    flags = [*PROGRAM_FLAGS, *cuda_version_flags()]
-    h = hashlib.sha256()
-    for part in (compiler_id(), " ".join(flags), runtime_digest(), str(CSRC_DIR)):
-        h.update(part.encode() + b"\0")
-    for target in sorted(stager.contents):
-        h.update(str(target).encode() + b"\0" + stager.contents[target].encode() + b"\0")
-    obj = cache_root() / "obj" / h.hexdigest()[:20] / f"{path.stem}.o"
+    obj = cache_root() / "obj" / digest / f"{path.stem}.o"
     if obj.exists():
         return obj, ""
     stager.write()
-    cmd = [compiler(), *flags, "-include", str(RUNTIME_DIR / "emu_cuda.h"), "-I", str(path.parent),
-           "-I", str(CSRC_DIR), "-I", str(RUNTIME_DIR), "-x", "c++", "-c", str(main)]
+    cmd = [*_source_flags(path, flags), "-c", str(main)]
     ok, log = _compile(cmd, obj, echo)
     return (obj if ok else None), log
 
