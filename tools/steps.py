@@ -693,7 +693,8 @@ def _note_reads(event, args):
 def _note_modules():
     # Extension modules load without an `open` event; every module's file is in sys.modules.
     for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
+        # through __dict__: a lazy module's __getattr__ would import or raise
+        file = (getattr(module, "__dict__", None) or {}).get("__file__")
         if isinstance(file, str):
             _note(file)
 
