@@ -27,6 +27,7 @@ from minisgl.llm import LLM
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
 
+DEVICE = "cuda"
 TARGET_MS = 1.0  # batch 1 with CUDA graphs
 
 
@@ -87,7 +88,7 @@ def ms_per_decode_step(llm: LLM, prompts: list[list[int]], steps: int) -> float:
 def hf_ms_per_step(model, prompts: list[list[int]], steps: int) -> float:
     from transformers import GenerationConfig
 
-    ids = torch.tensor(prompts, device="cuda")
+    ids = torch.tensor(prompts, device=DEVICE)
     mask = torch.ones_like(ids)
 
     def generate(new_tokens: int) -> float:
@@ -119,7 +120,7 @@ def main() -> int:
     ours: dict[str, dict[int, float]] = {}
     replay_ms: dict[int, float] = {}
     for label, graph_max_bs in (("CUDA graphs", None), ("eager", 0)):
-        llm = LLM(folder, dtype="bfloat16", device="cuda", attention_backend="triton",
+        llm = LLM(folder, dtype="bfloat16", device=DEVICE, attention_backend="triton",
                   cuda_graph_max_bs=graph_max_bs, max_running_reqs=max_bs, page_size=16,
                   num_pages=max_bs * (args.prompt_len + args.steps + 16) // 16 + 64)
         ms_per_decode_step(llm, random_prompts(2, args.prompt_len, seed=0), steps=8)  # warm-up
@@ -128,17 +129,18 @@ def main() -> int:
             events = replay_timer(llm) if graph_max_bs is None else []
             ours[label][bs] = ms_per_decode_step(llm, random_prompts(bs, args.prompt_len, bs),
                                                  args.steps)
+            note = ""
             if events:
                 torch.cuda.synchronize()
                 replay_ms[bs] = statistics.median(s.elapsed_time(e) for s, e in events)
-            print(f"minisgl ({label}) batch {bs:3d}: {ours[label][bs]:7.3f} ms/step"
-                  + (f" (replay GPU time {replay_ms[bs]:.3f} ms)" if bs in replay_ms else ""),
+                note = f" (median replay GPU time {replay_ms[bs]:.3f} ms)"
+            print(f"minisgl ({label}) batch {bs:3d}: {ours[label][bs]:7.3f} ms/step{note}",
                   flush=True)
         llm.shutdown()
         del llm
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).cuda().eval()
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).to(DEVICE).eval()
     for bs in args.batch_sizes:
         theirs = hf_ms_per_step(hf, random_prompts(bs, args.prompt_len, bs), args.hf_steps)
         graphs, eager = ours["CUDA graphs"][bs], ours["eager"][bs]

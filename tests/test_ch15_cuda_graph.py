@@ -26,6 +26,7 @@ from minisgl.engine.graph import (
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
 VOCAB = 320  # tests/test_ch03_models.py's TINY config
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton compiles on a GPU, else interprets
 # Graphs need a backend that can be captured: the Triton one, which chapter 20 adds.
 needs_triton = pytest.mark.skipif("triton" not in BACKENDS,
                                   reason="the Triton attention backend arrives in chapter 20")
@@ -100,13 +101,26 @@ def test_auto_backend_and_cpu_engine_run_eagerly(tiny_qwen3):
         make_scheduler(tiny_qwen3, cuda_graph_max_bs=-1)
 
 
+def test_flags():
+    pytest.importorskip("pydantic")  # the server's modules need it (the GPU machine has none)
+    from minisgl.server.args import FlagError, parse_args
+
+    common = ["--model", "Qwen/Qwen3-0.6B", "--dummy-weight", "--device", "cpu"]
+    args, _ = parse_args(common)
+    assert args.attention_backend == "auto" and args.cuda_graph_max_bs is None
+    args, _ = parse_args([*common, "--attn", "torch", "--cuda-graph-max-bs", "16"])
+    assert args.attention_backend == "torch" and args.cuda_graph_max_bs == 16
+    with pytest.raises(FlagError, match="cuda_graph_max_bs"):
+        parse_args([*common, "--cuda-graph-max-bs", "-1"])
+
+
 @needs_triton
 def test_padded_step_equals_torch_backend_as_the_batch_changes(tiny_qwen3):
-    """The forward pass a graph records, run eagerly on the CPU (Triton's interpreter) on every
+    """The forward pass a graph records, run eagerly (on a CPU under Triton's interpreter) on every
     decode batch of a real run: requests finish at different steps and new ones join, so the
     batch shrinks and grows and lands on and between the ladder's sizes."""
     sched = make_scheduler(tiny_qwen3, attention_backend="triton", max_running_reqs=8,
-                           page_size=4, num_pages=96)
+                           page_size=4, num_pages=96, device=DEVICE, cuda_graph_max_bs=0)
     engine = sched.engine
     runner = GraphRunner(engine.model, engine.ctx, graph_batch_sizes(8),
                          scratch_slot=engine.num_pages * engine.page_size,
@@ -137,9 +151,9 @@ def test_padded_step_equals_torch_backend_as_the_batch_changes(tiny_qwen3):
         set_global_ctx(engine.ctx)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
         # The real rows stored the same K/V; padding rows wrote only into the scratch page.
-        real = batch.out_loc.cpu()
+        real = batch.out_loc
         torch.testing.assert_close(after[:, :, real], pool[:, :, real], rtol=1e-5, atol=1e-5)
-        untouched = torch.ones(pool.shape[2], dtype=torch.bool)
+        untouched = torch.ones(pool.shape[2], dtype=torch.bool, device=pool.device)
         untouched[real] = False
         untouched[scratch] = False
         assert torch.equal(after[:, :, untouched], before[:, :, untouched])
