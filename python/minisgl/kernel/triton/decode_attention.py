@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import MIN_DOT_ROWS, dot_precision
+from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv
 
 BLOCK_N = 64  # keys per loop step
 MAX_SPLITS = 32
@@ -113,12 +113,8 @@ def _decode_split_kernel(
     for block_start in range(start, end, BLOCK_N):
         pos = block_start + tl.arange(0, BLOCK_N)
         valid = pos < end
-        slots = tl.load(page_table_ptr + row * stride_pt + pos, mask=valid, other=0).to(tl.int64)
-        kv_mask = valid[:, None] & (dims[None, :] < HEAD_DIM)
-        k = tl.load(k_cache_ptr + slots[:, None] * stride_ks + kv_head * stride_kh + dims[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + slots[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
-                    mask=kv_mask, other=0.0)
+        k, v = load_paged_kv(k_cache_ptr, v_cache_ptr, page_table_ptr + row * stride_pt, pos, end,
+                             dims, kv_head, stride_ks, stride_kh, stride_vs, stride_vh, HEAD_DIM)
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))

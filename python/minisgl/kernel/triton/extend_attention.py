@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import dot_precision
+from .common import dot_precision, load_paged_kv
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 64  # keys per loop step
@@ -67,14 +67,9 @@ def _extend_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for block_start in range(0, end, BLOCK_N):
         k_pos = block_start + tl.arange(0, BLOCK_N)
-        valid = k_pos < end
-        slots = tl.load(page_table_ptr + table_row * stride_pt + k_pos, mask=valid,
-                        other=0).to(tl.int64)
-        kv_mask = valid[:, None] & (dims[None, :] < HEAD_DIM)
-        k = tl.load(k_cache_ptr + slots[:, None] * stride_ks + kv_head * stride_kh + dims[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + slots[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
-                    mask=kv_mask, other=0.0)
+        k, v = load_paged_kv(k_cache_ptr, v_cache_ptr, page_table_ptr + table_row * stride_pt,
+                             k_pos, end, dims, kv_head, stride_ks, stride_kh, stride_vs, stride_vh,
+                             HEAD_DIM)
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
         # Causal: a key is visible to a query at or after its position (this also drops keys
         # past `end`, which sit after every query of the block).
