@@ -657,8 +657,8 @@ def _note(path):
     if not _RECORD:
         return
     path = os.path.abspath(path)
-    if os.sep + "__pycache__" + os.sep in path:
-        return  # bytecode caches: the tree has none, the repository may
+    if os.sep + "__pycache__" + os.sep in path or os.sep + ".hypothesis" + os.sep in path:
+        return  # caches that tests write (bytecode, hypothesis' examples), not code
     for tree in _TREES:
         if path.startswith(tree + os.sep):
             relative = path[len(tree) + 1 :]
