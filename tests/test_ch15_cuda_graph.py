@@ -129,6 +129,9 @@ def test_padded_step_equals_torch_backend_as_the_batch_changes(tiny_qwen3):
     reference = Context(attn_backend=create_attn_backend(
         "torch", engine.kv_cache, engine.page_table, mc.num_qo_heads, mc.num_kv_heads))
     pool = engine.kv_cache._buffer  # [2, layers, slots, kv_heads, head_dim]
+    # Random contents, so that "untouched" is checked on real values: the pool starts as
+    # uninitialised memory, whose NaN bit patterns never compare equal to themselves.
+    pool.normal_()
     scratch = slice(runner.scratch_slot, runner.scratch_slot + engine.page_size)
     eager_forward = engine.forward_batch
     seen_sizes = []
