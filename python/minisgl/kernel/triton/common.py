@@ -3,6 +3,8 @@ the load of one block of a request's K/V rows through its page-table row."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -14,6 +16,17 @@ def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs: exact products ("ieee") instead of the GPU's default TF32 (a 10-bit mantissa),
     so an fp32 model matches the torch backend; bf16/fp16 products are exact either way."""
     return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def output_and_scale(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     out: torch.Tensor | None, sm_scale: float | None
+                     ) -> tuple[torch.Tensor, float]:
+    """The output tensor (a new one like q unless given) and the softmax scale (1/sqrt(D) unless
+    given); the kernels index the head_dim axis as contiguous, so it must be."""
+    out = torch.empty_like(q) if out is None else out
+    for t in (q, k_cache, v_cache, out):
+        assert t.stride(-1) == 1, "the head_dim axis must be contiguous"
+    return out, (1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale)
 
 
 @triton.jit

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv
+from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv, output_and_scale
 
 BLOCK_N = 64  # keys per loop step
 MAX_SPLITS = 32
@@ -186,12 +186,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if num_splits > workspace.max_splits or batch > workspace.partial_lse.shape[0]:
         raise ValueError(f"workspace holds {workspace.partial_lse.shape[0]} requests x "
                          f"{workspace.max_splits} splits; asked {batch} x {num_splits}")
-    if out is None:
-        out = torch.empty_like(q)
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim)
-    for t in (q, k_cache, v_cache, out):
-        assert t.stride(-1) == 1, "the head_dim axis must be contiguous"
+    out, sm_scale = output_and_scale(q, k_cache, v_cache, out, sm_scale)
     block_d = triton.next_power_of_2(head_dim)
     partial_out, partial_lse = workspace.partial_out, workspace.partial_lse
     # num_splits is a runtime argument, not a constexpr, and the merge always covers the

@@ -12,13 +12,11 @@ the last position any of those queries may see, with an online softmax in fp32.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
-from .common import dot_precision, load_paged_kv
+from .common import dot_precision, load_paged_kv, output_and_scale
 
 BLOCK_M = 64  # queries per program
 BLOCK_N = 64  # keys per loop step
@@ -99,12 +97,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     (host-known, it sizes the grid). Returns out [T, H, D] (written into `out` when given)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads = k_cache.shape[1]
-    if out is None:
-        out = torch.empty_like(q)
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim)
-    for t in (q, k_cache, v_cache, out):
-        assert t.stride(-1) == 1, "the head_dim axis must be contiguous"
+    out, sm_scale = output_and_scale(q, k_cache, v_cache, out, sm_scale)
     grid = (table_idx.shape[0], triton.cdiv(max_q_len, BLOCK_M), num_heads)
     _extend_kernel[grid](
         q, k_cache, v_cache, out, page_table, table_idx, cu_q_lens, kv_lens,
