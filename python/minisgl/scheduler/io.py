@@ -32,6 +32,7 @@ from .scheduler import Scheduler
 
 logger = init_logger(__name__)
 
+
 class SchedulerIO:
     """Connects one Scheduler to its input socket (from the tokenizers) and output socket (to the
     detokenizer): messages become scheduler calls, and each step's outputs go out as one frame."""

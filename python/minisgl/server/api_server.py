@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from minisgl.core import SamplingParams
 from minisgl.message.client import FrontendClient, RequestStream
 from minisgl.utils import init_logger
 
@@ -168,6 +169,12 @@ def create_app(client: FrontendClient, model_names: list[str],
     async def body(request: Request, cls: type[T]) -> T:
         return parse_body(cls, await request.body(), limits)
 
+    def submit_prompt(params: SamplingParams, prompt: str | list[int]) -> RequestStream:
+        """A completion prompt: text (encoded by a tokenizer worker) or token ids."""
+        if isinstance(prompt, str):
+            return client.submit(params, text=prompt)
+        return client.submit(params, input_ids=prompt)
+
     def check_model(name: str | None) -> str:
         if name is not None and name not in model_names:
             raise ApiError(404, f"the model '{name}' does not exist; this server serves "
@@ -233,8 +240,7 @@ def create_app(client: FrontendClient, model_names: list[str],
         model = check_model(req.model)
         prompt = req.one_prompt()
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        stream = (client.submit(params, text=prompt) if isinstance(prompt, str)
-                  else client.submit(params, input_ids=prompt))
+        stream = submit_prompt(params, prompt)
         gen = await first_and_rest(pieces(stream, req.stop_strings, request))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": model}
@@ -260,7 +266,7 @@ def create_app(client: FrontendClient, model_names: list[str],
     async def generate(request: Request):
         req = await body(request, GenerateRequest)
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        stream = client.submit(params, text=req.text, input_ids=req.input_ids)
+        stream = submit_prompt(params, req.one_prompt())
         gen = await first_and_rest(pieces(stream, req.stop_strings, request))
         if not req.stream:
             text, last, token_ids = await collect(gen)

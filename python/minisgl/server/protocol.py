@@ -172,16 +172,20 @@ class GenerateRequest(_Sampling):
     input_ids: list[int] | None = None
     temperature: float = Field(0.0, ge=0, le=2)
 
-    def check_limits(self, limits: RequestLimits) -> None:
+    def one_prompt(self) -> str | list[int]:
         if (self.text is None) == (self.input_ids is None):
             raise ApiError(400, "give exactly one of 'text' and 'input_ids'")
         if self.input_ids is not None and not self.input_ids:
             raise ApiError(400, "'input_ids' is empty", param="input_ids")
+        return self.text if self.text is not None else self.input_ids  # type: ignore[return-value]
+
+    def check_limits(self, limits: RequestLimits) -> None:
+        prompt = self.one_prompt()
         super().check_limits(limits)
-        if self.text is not None:
-            limits.check_chars(len(self.text), "text")
+        if isinstance(prompt, str):
+            limits.check_chars(len(prompt), "text")
         else:
-            limits.check_ids(self.input_ids, "input_ids")  # type: ignore[arg-type]
+            limits.check_ids(prompt, "input_ids")
 
 
 def parse_body(cls: type[T], body: bytes, limits: RequestLimits | None = None) -> T:
