@@ -1,4 +1,5 @@
-"""Triton kernels (chapter 20): paged decode and extend attention.
+"""Triton kernels (chapter 20): paged decode and extend attention, and the fused small kernels of a
+decoder layer (RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul).
 
 Without a CUDA device the kernels run under Triton's interpreter, which executes each program in
 Python on CPU tensors: slow, but it checks the kernels' logic in CI on a CPU-only machine.
@@ -24,7 +25,11 @@ if not torch.cuda.is_available():
             "minisgl.kernel.triton first")
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from .activation import silu_and_mul  # noqa: E402
 from .decode_attention import DecodeWorkspace, choose_num_splits, decode_attention  # noqa: E402
 from .extend_attention import extend_attention  # noqa: E402
+from .qk_norm_rope import qk_norm_rope  # noqa: E402
+from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
-__all__ = ["DecodeWorkspace", "choose_num_splits", "decode_attention", "extend_attention"]
+__all__ = ["DecodeWorkspace", "choose_num_splits", "decode_attention", "extend_attention",
+           "fused_add_rms_norm", "qk_norm_rope", "rms_norm", "silu_and_mul"]

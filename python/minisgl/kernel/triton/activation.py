@@ -1,0 +1,44 @@
+"""silu(gate) * up in one launch, straight from the merged gate_up projection output.
+
+The torch version splits the tensor (a view), then runs silu and a multiply: two kernels and an
+intermediate the size of the output. Here one program reads a block of gate and the matching
+block of up from the same row and writes the product. As in torch, silu(gate) is rounded to the
+input dtype before the multiply, and the product is rounded once.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024  # output elements per program
+
+
+@triton.jit
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, inter, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < inter
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * stride_x + inter + cols, mask=mask, other=0.0).to(tl.float32)
+    silu = (gate / (1.0 + tl.exp(-gate))).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + row * stride_o + cols, (silu * up).to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x: [..., 2 * inter] (gate then up) -> silu(gate) * up, [..., inter] (a new tensor)."""
+    if x.shape[-1] % 2 != 0:
+        raise ValueError(f"the last axis ({x.shape[-1]}) must hold gate and up: an even size")
+    if x.stride(-1) != 1:
+        raise ValueError("x: the last axis must be contiguous")
+    inter = x.shape[-1] // 2
+    x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])
+    out = torch.empty(*x.shape[:-1], inter, dtype=x.dtype, device=x.device)
+    out2 = out.view(-1, inter)
+    if x2.shape[0] > 0 and inter > 0:
+        block = min(BLOCK, triton.next_power_of_2(inter))
+        _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
+            x2, out2, x2.stride(0), out2.stride(0), inter, BLOCK=block)
+    return out
