@@ -89,9 +89,11 @@ class GraphRunner:
         if not sizes:
             return
         max_bs = sizes[-1]
-        self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        # int32 token ids and KV slots: the CUDA kernels that read them (embedding, store_kv,
+        # chapter 19) take int32, so int64 buffers would add a cast kernel to every layer's step.
+        self.input_ids = torch.zeros(max_bs, dtype=torch.int32, device=device)
         self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
-        self.out_loc = torch.full((max_bs,), scratch_slot, dtype=torch.int64, device=device)
+        self.out_loc = torch.full((max_bs,), scratch_slot, dtype=torch.int32, device=device)
         self.logits = torch.zeros(max_bs, vocab_size, dtype=torch.float32, device=device)
         self.backend.init_graph_buffers(max_bs)
         # The batch each graph is recorded with: padding rows over the static buffers, and the
