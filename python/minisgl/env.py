@@ -38,6 +38,10 @@ class EnvSettings:
     shell_max_tokens: int  # MINISGL_SHELL_MAX_TOKENS: longest answer in `--shell`
     shell_temperature: float  # MINISGL_SHELL_TEMPERATURE: 0 is greedy (the same answer each time)
     # <<< ch14
+    # >>> ch20
+    # MINISGL_DISABLE_FUSED_KERNELS: on a GPU too, RMSNorm, RoPE and SiLU run as torch ops
+    disable_fused_kernels: bool
+    # <<< ch20
 
 
 def load_env() -> EnvSettings:
@@ -54,4 +58,7 @@ def load_env() -> EnvSettings:
         shell_max_tokens=int(os.environ.get("MINISGL_SHELL_MAX_TOKENS", "512")),
         shell_temperature=float(os.environ.get("MINISGL_SHELL_TEMPERATURE", "0")),
         # <<< ch14
+        # >>> ch20
+        disable_fused_kernels=_flag("MINISGL_DISABLE_FUSED_KERNELS", False),
+        # <<< ch20
     )

@@ -12,6 +12,13 @@ from . import torch_ops
 from .cuda_ext import extension_for
 
 # <<< ch19
+# >>> ch20
+from functools import cache
+from types import ModuleType
+
+from minisgl.env import load_env
+
+# <<< ch20
 
 
 def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor,
@@ -40,4 +47,24 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
     return torch_ops.indexing(weight, ids, start, length)
 
 
+# >>> ch20
+
+
+@cache
+def _fused_kernels() -> ModuleType | None:
+    if load_env().disable_fused_kernels:
+        return None
+    from . import triton  # imported on first use: importing Triton takes about half a second
+
+    return triton
+
+
+def triton_for(t: torch.Tensor) -> ModuleType | None:
+    """The fused Triton kernels of chapter 20 (minisgl.kernel.triton) if t lives on a GPU, else
+    None: on a CPU the layers' torch code runs, and it is the reference the kernels must match.
+    MINISGL_DISABLE_FUSED_KERNELS=1 keeps the torch code on a GPU too (read once)."""
+    return _fused_kernels() if t.is_cuda else None
+
+
+# <<< ch20
 __all__ = ["indexing", "store_cache"]

@@ -5,7 +5,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# >>> ch20
+from minisgl.kernel import triton_for
+
+# <<< ch20
+
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    # >>> ch20
+    if (fused := triton_for(x)) is not None:  # on a GPU: one Triton kernel (chapter 20)
+        return fused.silu_and_mul(x)
+    # <<< ch20
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import torch
 
+# >>> ch20
+from minisgl.kernel import triton_for
+
+# <<< ch20
 from .base import BaseOP
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # >>> ch20
+    if (fused := triton_for(x)) is not None:  # on a GPU: one Triton kernel does it (chapter 20)
+        return fused.rms_norm(x, weight, eps)
+    # <<< ch20
     # The same order of operations as Hugging Face, so bf16 outputs agree bit for bit:
     # normalise in fp32, round back to the input dtype, then scale by the weight.
     h = x.float()
@@ -33,6 +41,10 @@ class RMSNormFused(RMSNorm):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        # >>> ch20
+        if (fused := triton_for(x)) is not None:  # on a GPU: add and norm in one kernel (ch. 20)
+            return fused.fused_add_rms_norm(x, residual, self.weight, self.eps)
+        # <<< ch20
         if residual is not None:
             x = x + residual
         return rms_norm(x, self.weight, self.eps), x

@@ -39,12 +39,12 @@ def _rms_norm_kernel(
              mask=mask)
 
 
-def _rows(t: torch.Tensor, name: str) -> torch.Tensor:
-    """t as [rows, hidden] without a copy where its layout allows one (a view otherwise fails
-    loudly rather than silently copying: every caller in the engine passes such tensors)."""
-    if t.stride(-1) != 1:
-        raise ValueError(f"{name}: the last axis must be contiguous")
-    return t if t.dim() == 2 else t.view(-1, t.shape[-1])
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as [rows, hidden] with a contiguous last axis: a view for the engine's tensors (2-D,
+    rows possibly strided); other layouts are copied."""
+    if t.dim() == 2 and t.stride(1) == 1:
+        return t
+    return t.reshape(-1, t.shape[-1]).contiguous()
 
 
 def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
@@ -55,14 +55,14 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
         raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype} does not match "
                          f"x {tuple(x.shape)} {x.dtype}")
-    x2 = _rows(x, "x")
+    x2 = _rows(x)
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     out2 = out.view(-1, hidden)
     if residual is None:
         r2 = s2 = x2  # unused: HAS_RESIDUAL is off
         total = None
     else:
-        r2 = _rows(residual, "residual")
+        r2 = _rows(residual)
         total = torch.empty_like(x, memory_format=torch.contiguous_format)
         s2 = total.view(-1, hidden)
     if x2.shape[0] > 0:
