@@ -27,6 +27,10 @@ from minisgl.layers import (
     VocabParallelEmbedding,
     silu_and_mul,
 )
+# >>> ch18
+from minisgl.moe.layer import SparseMoeBlock
+
+# <<< ch18
 from minisgl.utils.registry import Registry
 
 from .config import ModelConfig
@@ -69,7 +73,12 @@ class DecoderLayer(BaseOP):
         self.input_layernorm = RMSNormFused(config.hidden_size, eps)
         self.self_attn = SelfAttention(layer_id, config, rotary)
         self.post_attention_layernorm = RMSNormFused(config.hidden_size, eps)
-        self.mlp = MLP(config)
+        # >>> before ch18
+        # self.mlp = MLP(config)
+        # <<< before ch18
+        # >>> ch18
+        self.mlp = SparseMoeBlock(config) if config.is_moe_layer(layer_id) else MLP(config)
+        # <<< ch18
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,6 +45,16 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     torch_dtype: str = "float32"
+    # >>> ch18
+    moe: MoEConfig | None = None  # Qwen3-MoE: which layers route tokens to experts, and how
+
+    def is_moe_layer(self, layer_id: int) -> bool:
+        """Whether layer `layer_id` holds experts (HF: not in mlp_only_layers, every
+        decoder_sparse_step-th layer) or a dense MLP of intermediate_size."""
+        m = self.moe
+        return (m is not None and m.num_experts > 0 and layer_id not in m.mlp_only_layers
+                and (layer_id + 1) % m.decoder_sparse_step == 0)
+    # <<< ch18
 
     @staticmethod
     def from_dict(raw: dict[str, Any], generation: dict[str, Any] | None = None) -> ModelConfig:
@@ -75,6 +85,9 @@ class ModelConfig:
                 bos_token_id=raw.get("bos_token_id"),
                 eos_token_ids=_eos_token_ids(raw, generation or {}),
                 torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+                # >>> ch18
+                moe=_moe_config(raw),
+                # <<< ch18
             )
         except KeyError as missing:
             raise MinisglError(f"config.json lacks the required field {missing}") from None
@@ -88,6 +101,42 @@ class ModelConfig:
         generation = folder / "generation_config.json"
         return ModelConfig.from_dict(_read_json(folder / "config.json"),
                                      _read_json(generation) if generation.is_file() else None)
+
+
+# >>> ch18
+@dataclass(frozen=True)
+class MoEConfig:
+    """config.json's Mixture-of-Experts fields (Qwen3-MoE)."""
+
+    num_experts: int
+    num_experts_per_tok: int  # top-k: experts each token is sent to
+    moe_intermediate_size: int  # of one expert; dense layers use intermediate_size
+    norm_topk_prob: bool  # rescale the k chosen probabilities to sum to 1
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+
+
+def _moe_config(raw: dict[str, Any]) -> MoEConfig | None:
+    # The hub's config names the expert count `num_experts`; transformers 5 saves it as
+    # `num_local_experts` (an attribute_map alias), so read either.
+    experts = raw.get("num_experts", raw.get("num_local_experts"))
+    if not experts:
+        return None
+    moe = MoEConfig(
+        num_experts=int(experts),
+        num_experts_per_tok=int(raw["num_experts_per_tok"]),
+        moe_intermediate_size=int(raw["moe_intermediate_size"]),
+        norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+        decoder_sparse_step=int(raw.get("decoder_sparse_step") or 1),
+        mlp_only_layers=tuple(int(i) for i in raw.get("mlp_only_layers") or ()),
+    )
+    if not 1 <= moe.num_experts_per_tok <= moe.num_experts:
+        raise MinisglError(f"num_experts_per_tok {moe.num_experts_per_tok} must be in "
+                           f"1..num_experts ({moe.num_experts})")
+    if moe.decoder_sparse_step < 1:
+        raise MinisglError(f"decoder_sparse_step must be >= 1, not {moe.decoder_sparse_step}")
+    return moe
+# <<< ch18
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -85,9 +85,20 @@ def init_dummy_weights(model: CausalLM, seed: int = 0) -> None:
     activations stay in a sane range through all layers.
     """
     gen = torch.Generator().manual_seed(seed)
+    # >>> ch18
+    # A GPU model draws its values on the GPU: Qwen3-30B-A3B has 30 billion weights, minutes of
+    # work for a CPU generator and 120 GB of fp32 on the way. (Different numbers than the CPU's.)
+    device = next(t.device for _, t in model.named_weights())
+    if device.type == "cuda":
+        gen = torch.Generator(device=device).manual_seed(seed)
+    # <<< ch18
     for name, tensor in model.named_weights():
         if name.endswith("norm.weight"):
             tensor.fill_(1.0)
+        # >>> ch18
+        elif tensor.is_cuda:
+            tensor.normal_(0.0, 0.02, generator=gen)
+        # <<< ch18
         else:
             values = torch.randn(tensor.shape, generator=gen, dtype=torch.float32) * 0.02
             tensor.copy_(values)

@@ -1,5 +1,6 @@
-"""Triton kernels (chapter 20): paged decode and extend attention, and the fused small kernels of a
-decoder layer (RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul).
+"""Triton kernels: the fused Mixture-of-Experts (chapter 18, in fused_moe.py, imported where it
+is used); paged decode and extend attention, and the fused small kernels of a decoder layer
+(RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul) (chapter 20).
 
 Without a CUDA device the kernels run under Triton's interpreter, which executes each program in
 Python on CPU tensors: slow, but it checks the kernels' logic in CI on a CPU-only machine.
@@ -25,6 +26,7 @@ if not torch.cuda.is_available():
             "minisgl.kernel.triton first")
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# >>> ch20
 from .activation import silu_and_mul  # noqa: E402
 from .decode_attention import DecodeWorkspace, choose_num_splits, decode_attention  # noqa: E402
 from .extend_attention import extend_attention  # noqa: E402
@@ -33,3 +35,4 @@ from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 __all__ = ["DecodeWorkspace", "choose_num_splits", "decode_attention", "extend_attention",
            "fused_add_rms_norm", "qk_norm_rope", "rms_norm", "silu_and_mul"]
+# <<< ch20

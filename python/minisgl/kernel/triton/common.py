@@ -18,6 +18,7 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
+# >>> ch20
 def output_and_scale(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      out: torch.Tensor | None, sm_scale: float | None
                      ) -> tuple[torch.Tensor, float]:
@@ -43,3 +44,4 @@ def load_paged_kv(k_cache_ptr, v_cache_ptr, row_ptr, pos, end, dims, kv_head,
     v = tl.load(v_cache_ptr + slots[:, None] * stride_vs + kv_head * stride_vh + dims[None, :],
                 mask=kv_mask, other=0.0)
     return k, v
+# <<< ch20
