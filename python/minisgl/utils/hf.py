@@ -15,10 +15,19 @@ from minisgl.utils.logger import init_logger
 from minisgl.utils.misc import MinisglError
 from minisgl.utils.offline import QWEN3_ID, SMOLLM2_ID, prepare_qwen3, prepare_smollm2
 
+# >>> ch18
+from minisgl.utils.offline import QWEN3_MOE_ID, prepare_qwen3_moe
+
+# <<< ch18
+
 DEFAULT_MODEL = QWEN3_ID
 FALLBACK_MODEL = SMOLLM2_ID
 _BUNDLED = {SMOLLM2_ID: prepare_smollm2, QWEN3_ID: prepare_qwen3}
 _WEIGHTLESS = {QWEN3_ID}  # bundled with config and tokenizer only
+# >>> ch18
+_BUNDLED[QWEN3_MOE_ID] = prepare_qwen3_moe
+_WEIGHTLESS.add(QWEN3_MOE_ID)
+# <<< ch18
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 _HUB_TIMEOUT_S = 5.0  # for the first hub request, so an unreachable hub fails fast
 _HUB_FILES = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken"]

@@ -84,6 +84,27 @@ def prepare_qwen3() -> Path:
     return _prepare(QWEN3_ID, _build_qwen3, steps=3)
 
 
+# >>> ch18
+QWEN3_MOE_ID = "Qwen/Qwen3-30B-A3B"
+
+
+def prepare_qwen3_moe() -> Path:
+    """The offline Qwen3-30B-A3B folder (its real config, Qwen3's tokenizer, no weights)."""
+    return _prepare(QWEN3_MOE_ID, _build_qwen3_moe, steps=2)
+
+
+def _build_qwen3_moe(out: Path, scratch: Path, progress: _Progress) -> None:
+    # The MoE models share Qwen3's tokenizer and generation settings; only config.json differs.
+    with progress.step("copy the Qwen3 tokenizer"):
+        qwen3 = prepare_qwen3()
+        out.mkdir()
+        for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            shutil.copy(qwen3 / name, out / name)
+    with progress.step("write config"):
+        _write_json(out / "config.json", QWEN3_MOE_CONFIG)
+# <<< ch18
+
+
 # --- building a folder safely -------------------------------------------------------------------
 
 
@@ -418,6 +439,47 @@ QWEN3_CONFIG = {
     "use_sliding_window": False,
     "vocab_size": 151936,
 }
+
+# >>> ch18
+# The config.json of the real Qwen/Qwen3-30B-A3B: 48 layers, each with 128 experts of which every
+# token uses 8 (about 3.3 of its 30.5 billion weights per token).
+QWEN3_MOE_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 6144,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+# <<< ch18
 
 QWEN3_GENERATION_CONFIG = {
     "bos_token_id": 151643,
