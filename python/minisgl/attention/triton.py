@@ -39,9 +39,9 @@ class TritonBackend(BaseAttnBackend):
 
         self.kernels = kernels
         device, max_seq_len = page_table.device, page_table.shape[1]
-        # A batch of one gets the most splits, so this workspace fits every batch; allocated once
+        # Sized for the batch size that splits the most, so it fits every batch; allocated once
         # so that a captured CUDA graph (chapter 15) can keep pointing at it.
-        max_splits = kernels.choose_num_splits(1, num_kv_heads, max_seq_len, device)
+        max_splits = kernels.max_num_splits(num_kv_heads, max_seq_len, device)
         self.workspace = kernels.DecodeWorkspace.allocate(
             page_table.shape[0], num_qo_heads, kv_cache.config.head_dim, device, max_splits)
 

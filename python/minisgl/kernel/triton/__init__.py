@@ -28,11 +28,19 @@ if not torch.cuda.is_available():
 
 # >>> ch20
 from .activation import silu_and_mul  # noqa: E402
-from .decode_attention import DecodeWorkspace, choose_num_splits, decode_attention  # noqa: E402
+from .decode_attention import (  # noqa: E402
+    DECODE_CONFIGS,
+    DecodeConfig,
+    DecodeWorkspace,
+    choose_num_splits,
+    decode_attention,
+    max_num_splits,
+)
 from .extend_attention import extend_attention  # noqa: E402
 from .qk_norm_rope import qk_norm_rope  # noqa: E402
 from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
-__all__ = ["DecodeWorkspace", "choose_num_splits", "decode_attention", "extend_attention",
-           "fused_add_rms_norm", "qk_norm_rope", "rms_norm", "silu_and_mul"]
+__all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_splits",
+           "decode_attention", "extend_attention", "fused_add_rms_norm", "max_num_splits",
+           "qk_norm_rope", "rms_norm", "silu_and_mul"]
 # <<< ch20

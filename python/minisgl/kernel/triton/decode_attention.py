@@ -27,8 +27,30 @@ import triton.language as tl
 
 from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv, output_and_scale
 
-BLOCK_N = 64  # keys per loop step
-MAX_SPLITS = 32
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How the decode kernel cuts its work. benchmarks/tune_decode_attention.py sweeps these on a
+    GPU and prints the best one per shape in this form."""
+
+    block_n: int = 64  # keys per loop step
+    num_warps: int = 4
+    num_stages: int = 2  # key blocks in flight (software pipelining of the loads)
+    programs_per_sm: float = 2.0  # split until (request, KV head, split) programs ~ this x SMs
+    max_splits: int = 32
+
+
+# The config for batches of up to `max_batch` requests: the first row that fits is used. Put the
+# tuning sweep's winners here, one row per batch-size range (the last row covers the rest).
+DECODE_CONFIGS: list[tuple[int, DecodeConfig]] = [
+    (1 << 31, DecodeConfig(block_n=64, num_warps=4, num_stages=2, programs_per_sm=2.0,
+                           max_splits=32)),
+]
+
+
+def decode_config(batch_size: int) -> DecodeConfig:
+    return next(cfg for max_batch, cfg in DECODE_CONFIGS if batch_size <= max_batch)
 
 
 @dataclass
@@ -41,7 +63,8 @@ class DecodeWorkspace:
 
     @classmethod
     def allocate(cls, max_batch: int, num_qo_heads: int, head_dim: int,
-                 device: torch.device | str, max_splits: int = MAX_SPLITS) -> DecodeWorkspace:
+                 device: torch.device | str,
+                 max_splits: int = DecodeConfig.max_splits) -> DecodeWorkspace:
         out = torch.empty(max_batch, num_qo_heads, max_splits, head_dim, dtype=torch.float32,
                           device=device)
         lse = torch.empty(max_batch, num_qo_heads, max_splits, dtype=torch.float32, device=device)
@@ -53,23 +76,32 @@ class DecodeWorkspace:
 
 
 def choose_num_splits(batch_size: int, num_kv_heads: int, max_seq_len: int,
-                      device: torch.device) -> int:
+                      device: torch.device, config: DecodeConfig | None = None) -> int:
     """How many pieces to cut each sequence into, from host-known sizes only (never the lengths).
 
-    On a GPU: enough (request, KV head, split) programs to give every SM two, but no more splits
-    than the longest possible sequence (`max_seq_len`, the page table's width) has key blocks.
-    Under the CPU interpreter programs run one after another, so splitting only adds work."""
+    On a GPU: enough (request, KV head, split) programs to give every SM `programs_per_sm` (two
+    by default), but no more splits than the longest possible sequence (`max_seq_len`, the page
+    table's width) has key blocks. Under the CPU interpreter programs run one after another, so
+    splitting only adds work."""
     if device.type != "cuda":
         return 1
+    cfg = config or decode_config(batch_size)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    wanted = math.ceil(2 * sms / (batch_size * num_kv_heads))
-    return max(1, min(wanted, MAX_SPLITS, triton.cdiv(max_seq_len, BLOCK_N)))
+    wanted = math.ceil(cfg.programs_per_sm * sms / (batch_size * num_kv_heads))
+    return max(1, min(wanted, cfg.max_splits, triton.cdiv(max_seq_len, cfg.block_n)))
+
+
+def max_num_splits(num_kv_heads: int, max_seq_len: int, device: torch.device) -> int:
+    """The most splits any batch size gets: what a workspace shared by all of them must hold.
+    Within one row of DECODE_CONFIGS the smallest batch of its range splits the most."""
+    smallest = [1] + [max_batch + 1 for max_batch, _ in DECODE_CONFIGS[:-1]]
+    return max(choose_num_splits(b, num_kv_heads, max_seq_len, device) for b in smallest)
 
 
 @triton.jit
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, table_idx_ptr, kv_lens_ptr,
-    partial_out_ptr, partial_lse_ptr,
+    partial_out_ptr, partial_lse_ptr, out_ptr,
     sm_scale,
     stride_qb, stride_qh,
     stride_ks, stride_kh,
@@ -77,13 +109,15 @@ def _decode_split_kernel(
     stride_pt,
     stride_ob, stride_oh, stride_os,
     stride_lb, stride_lh,
+    stride_outb, stride_outh,
     num_splits,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DIRECT: tl.constexpr,
 ):
     """Stage 1. Program (b, kv_head, split): the GROUP query heads of this KV head against keys
-    [split_start, split_end) of request b, with an online softmax in fp32."""
+    [split_start, split_end) of request b, with an online softmax in fp32. DIRECT (one split):
+    the result is final and goes straight to `out`, and stage 2 is not launched."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -94,8 +128,9 @@ def _decode_split_kernel(
     split_len = tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
     end = tl.minimum(start + split_len, kv_len)
-    if start >= end:
-        return
+    if not DIRECT:
+        if start >= end:  # with DIRECT, a length-0 request (padding) must still write zeros
+            return
 
     groups = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, BLOCK_D)
@@ -124,11 +159,17 @@ def _decode_split_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
-    out = acc / l_i[:, None]
-    out_offsets = b * stride_ob + heads[:, None] * stride_oh + split * stride_os + dims[None, :]
-    tl.store(partial_out_ptr + out_offsets, out, mask=q_mask)
-    lse_offsets = b * stride_lb + heads * stride_lh + split
-    tl.store(partial_lse_ptr + lse_offsets, m_i + tl.log(l_i), mask=groups < GROUP)
+    if DIRECT:
+        out = acc / tl.maximum(l_i, 1.0e-30)[:, None]  # no keys (length 0): zeros, not NaN
+        tl.store(out_ptr + b * stride_outb + heads[:, None] * stride_outh + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=q_mask)
+    else:
+        out = acc / l_i[:, None]
+        out_offsets = (b * stride_ob + heads[:, None] * stride_oh + split * stride_os
+                       + dims[None, :])
+        tl.store(partial_out_ptr + out_offsets, out, mask=q_mask)
+        lse_offsets = b * stride_lb + heads * stride_lh + split
+        tl.store(partial_lse_ptr + lse_offsets, m_i + tl.log(l_i), mask=groups < GROUP)
 
 
 @triton.jit
@@ -168,19 +209,21 @@ def _decode_merge_kernel(
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      page_table: torch.Tensor, table_idx: torch.Tensor, kv_lens: torch.Tensor,
                      *, num_splits: int | None = None, workspace: DecodeWorkspace | None = None,
-                     out: torch.Tensor | None = None, sm_scale: float | None = None
-                     ) -> torch.Tensor:
+                     out: torch.Tensor | None = None, sm_scale: float | None = None,
+                     config: DecodeConfig | None = None) -> torch.Tensor:
     """Attention of one new token per request over its whole paged sequence.
 
     q: [B, H, D]; k_cache, v_cache: [slots, H_kv, D] (this step's K/V already stored);
     page_table: [rows, max_seq_len] int32; table_idx, kv_lens: [B] int32 on the device.
     Returns out [B, H, D] (written into `out` when given). Pass a preallocated `workspace` and a
-    fixed `num_splits` to launch without allocating, e.g. inside a CUDA graph."""
+    fixed `num_splits` to launch without allocating, e.g. inside a CUDA graph. `config` (tiling)
+    defaults to DECODE_CONFIGS' row for this batch size."""
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_heads // num_kv_heads
+    cfg = config or decode_config(batch)
     if num_splits is None:
-        num_splits = choose_num_splits(batch, num_kv_heads, page_table.shape[1], q.device)
+        num_splits = choose_num_splits(batch, num_kv_heads, page_table.shape[1], q.device, cfg)
     if workspace is None:
         workspace = DecodeWorkspace.allocate(batch, num_heads, head_dim, q.device, num_splits)
     if num_splits > workspace.max_splits or batch > workspace.partial_lse.shape[0]:
@@ -193,8 +236,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # workspace's capacity: the split count changes with the batch size, and every new constexpr
     # value would compile another kernel in the middle of serving.
 
+    direct = num_splits == 1  # two compiled variants at most, whatever the split count
+
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse,
+        q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse, out,
         sm_scale,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1),
@@ -202,18 +247,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         page_table.stride(0),
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
+        out.stride(0), out.stride(1),
         num_splits,
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
-        DOT_PRECISION=dot_precision(q.dtype),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
+        DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if direct:
+        return out
     _decode_merge_kernel[(batch, num_heads)](
         partial_out, partial_lse, kv_lens, out,
         partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
         partial_lse.stride(0), partial_lse.stride(1),
         out.stride(0), out.stride(1),
         num_splits,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=BLOCK_N,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
         SPLITS_PAD=triton.next_power_of_2(workspace.max_splits),
     )
     return out

@@ -1,0 +1,306 @@
+"""Chapter 20: the fused small kernels of a decoder layer (RMSNorm, add + RMSNorm, q/k norm + RoPE,
+SiLU-and-mul) against the layers' torch code, which is what a CPU runs and the reference; and the
+decode attention kernel's tiling configs (one split writing its result directly, other key-block
+sizes) against dense attention.
+
+On a CPU the kernels run under Triton's interpreter, in fp32 (within 1e-5) and fp16 (the rounding
+order of the torch code, so equal within one fp16 step); the interpreter keeps bf16 as raw 16-bit
+integers, so bf16 is checked only on a GPU. Inputs are random, outputs start as NaN where the
+kernel writes into a given tensor, and strided inputs come from slices of wider tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_ch20_triton_attention import check_decode, paged_kv
+
+from minisgl.kernel.triton import (
+    DECODE_CONFIGS,
+    DecodeConfig,
+    choose_num_splits,
+    decode_attention,
+    fused_add_rms_norm,
+    max_num_splits,
+    qk_norm_rope,
+    rms_norm,
+    silu_and_mul,
+)
+from minisgl.layers.activation import silu_and_mul as torch_silu_and_mul
+from minisgl.layers.norm import rms_norm as torch_rms_norm
+from minisgl.layers.rotary import RotaryEmbedding
+from minisgl.models.config import RopeScaling
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def randn(*shape: int, gen: torch.Generator, dtype=torch.float32, scale: float = 1.0):
+    return (torch.randn(*shape, generator=gen) * scale).to(dtype)
+
+
+def close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """fp32 within 1e-5; half precision within one rounding step of the output."""
+    tol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}[dtype]
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got.float().cpu(), expected.float().cpu(), rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("tokens,hidden", [(1, 64), (7, 96), (3, 1024)])
+def test_rms_norm_equals_torch(tokens, hidden, dtype):
+    gen = torch.Generator().manual_seed(tokens * 1000 + hidden)
+    x = randn(tokens, hidden, gen=gen, dtype=dtype, scale=3.0)
+    w = randn(hidden, gen=gen, dtype=dtype)
+    close(rms_norm(x.to(DEVICE), w.to(DEVICE), 1e-6), torch_rms_norm(x, w, 1e-6), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fused_add_rms_norm_equals_torch(dtype):
+    gen = torch.Generator().manual_seed(1)
+    x, r = randn(6, 96, gen=gen, dtype=dtype), randn(6, 96, gen=gen, dtype=dtype)
+    w = randn(96, gen=gen, dtype=dtype)
+    x_before, r_before = x.clone(), r.clone()
+    xd, rd = x.to(DEVICE), r.to(DEVICE)
+    out, total = fused_add_rms_norm(xd, rd, w.to(DEVICE), 1e-5)
+    close(total, x + r, dtype)
+    close(out, torch_rms_norm(x + r, w, 1e-5), dtype)
+    # the inputs are never written, and both results are new tensors
+    assert torch.equal(xd.cpu(), x_before) and torch.equal(rd.cpu(), r_before)
+    assert total.data_ptr() not in (xd.data_ptr(), rd.data_ptr())
+
+
+def test_fused_add_rms_norm_first_layer_has_no_residual():
+    """residual None (the first layer): x itself is the residual, returned as it is."""
+    gen = torch.Generator().manual_seed(2)
+    x, w = randn(4, 64, gen=gen).to(DEVICE), randn(64, gen=gen).to(DEVICE)
+    out, total = fused_add_rms_norm(x, None, w, 1e-6)
+    assert total is x
+    close(out, torch_rms_norm(x.cpu(), w.cpu(), 1e-6), torch.float32)
+
+
+def test_rms_norm_strided_rows_and_3d_inputs():
+    """Rows of a wider tensor (a strided 2-D view) are read in place; a 3-D [tokens, heads, dim]
+    input works over its last axis."""
+    gen = torch.Generator().manual_seed(3)
+    wide = randn(5, 200, gen=gen).to(DEVICE)
+    x, r = wide[:, 10:74], wide[:, 100:164]  # row stride 200
+    w = randn(64, gen=gen).to(DEVICE)
+    out, total = fused_add_rms_norm(x, r, w, 1e-6)
+    expected_total = x.cpu() + r.cpu()
+    close(total, expected_total, torch.float32)
+    close(out, torch_rms_norm(expected_total, w.cpu(), 1e-6), torch.float32)
+    heads = wide[:, :192].reshape(5, 3, 64)
+    close(rms_norm(heads, w, 1e-6), torch_rms_norm(heads.cpu(), w.cpu(), 1e-6), torch.float32)
+
+
+def test_rms_norm_rejects_mismatched_inputs():
+    x = torch.randn(3, 64, device=DEVICE)
+    with pytest.raises(ValueError, match="weight"):
+        rms_norm(x, torch.randn(32, device=DEVICE), 1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        fused_add_rms_norm(x, torch.randn(3, 32, device=DEVICE), torch.randn(64, device=DEVICE),
+                           1e-6)
+    with pytest.raises(ValueError, match="residual"):
+        fused_add_rms_norm(x, x.half(), torch.randn(64, device=DEVICE), 1e-6)
+    empty = rms_norm(torch.randn(0, 64, device=DEVICE), torch.randn(64, device=DEVICE), 1e-6)
+    assert empty.shape == (0, 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# q/k norm + RoPE
+
+
+def torch_qk_norm_rope(qkv, positions, rotary, hq, hkv, d, q_w, k_w, eps):
+    """What AttentionLayer does on a CPU: split, per-head RMSNorm (Qwen3), RoPE."""
+    q, k, _ = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    q, k = q.reshape(-1, hq, d), k.reshape(-1, hkv, d)
+    if q_w is not None:
+        q, k = torch_rms_norm(q, q_w, eps), torch_rms_norm(k, k_w, eps)
+    return rotary.forward(positions, q, k)
+
+
+# (q heads, kv heads, head_dim, qk norm, RoPE scaling)
+QK_CASES = [
+    (4, 2, 64, True, RopeScaling()),
+    (16, 8, 128, True, RopeScaling()),  # Qwen3-0.6B's heads
+    (3, 1, 64, False, RopeScaling()),  # Llama/Qwen2: RoPE only
+    (2, 2, 128, False, RopeScaling(kind="llama3", factor=8.0, low_freq_factor=1.0,
+                                   high_freq_factor=4.0, original_max_position=64)),
+    (4, 1, 64, True, RopeScaling(kind="yarn", factor=4.0, original_max_position=64)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("case", range(len(QK_CASES)))
+def test_qk_norm_rope_equals_torch(case, dtype):
+    hq, hkv, d, qk_norm, scaling = QK_CASES[case]
+    gen = torch.Generator().manual_seed(case)
+    max_pos = 300
+    rotary = RotaryEmbedding(d, max_pos, 10000.0, scaling)
+    tokens = 6
+    width = (hq + 2 * hkv) * d
+    # rows of a wider buffer: the kernel must follow the row stride
+    wide = randn(tokens, width + 40, gen=gen, dtype=dtype, scale=2.0)
+    qkv = wide[:, 8:8 + width]
+    positions = torch.tensor([299, 0, 17, 5, 17, 150])  # out of order, repeated, both ends
+    q_w = randn(d, gen=gen, dtype=dtype) if qk_norm else None
+    k_w = randn(d, gen=gen, dtype=dtype) if qk_norm else None
+    expected_q, expected_k = torch_qk_norm_rope(qkv, positions, rotary, hq, hkv, d, q_w, k_w,
+                                                1e-6)
+
+    def dev(t):
+        return None if t is None else t.to(DEVICE)
+
+    cos, sin = rotary._cos.to(DEVICE), rotary._sin.to(DEVICE)
+    qkv_dev = wide.to(DEVICE)[:, 8:8 + width]
+    before = qkv_dev.clone()
+    q, k = qk_norm_rope(qkv_dev, positions.to(DEVICE), cos, sin, hq, hkv, d, dev(q_w),
+                        dev(k_w), 1e-6)
+    close(q, expected_q, dtype)
+    close(k, expected_k, dtype)
+    assert torch.equal(qkv_dev, before)  # qkv (and so v, a view of it) is not written
+
+
+def test_qk_norm_rope_int32_positions_and_one_token():
+    gen = torch.Generator().manual_seed(9)
+    rotary = RotaryEmbedding(64, 50, 1e6)
+    qkv = randn(1, 8 * 64, gen=gen)
+    q_w, k_w = randn(64, gen=gen), randn(64, gen=gen)
+    expected = torch_qk_norm_rope(qkv, torch.tensor([49]), rotary, 4, 2, 64, q_w, k_w, 1e-6)
+    got = qk_norm_rope(qkv.to(DEVICE), torch.tensor([49], dtype=torch.int32, device=DEVICE),
+                       rotary._cos.to(DEVICE), rotary._sin.to(DEVICE), 4, 2, 64,
+                       q_w.to(DEVICE), k_w.to(DEVICE), 1e-6)
+    for g, e in zip(got, expected):
+        close(g, e, torch.float32)
+
+
+def test_qk_norm_rope_rejects_bad_inputs():
+    rotary = RotaryEmbedding(64, 50, 1e4)
+    cos, sin = rotary._cos.to(DEVICE), rotary._sin.to(DEVICE)
+    qkv = torch.randn(2, 8 * 64, device=DEVICE)
+    pos = torch.tensor([0, 1], device=DEVICE)
+    w = torch.randn(64, device=DEVICE)
+    with pytest.raises(ValueError, match="qkv has shape"):
+        qk_norm_rope(qkv, pos, cos, sin, 4, 3, 64)  # heads do not add up
+    with pytest.raises(ValueError, match="positions"):
+        qk_norm_rope(qkv, pos[:1], cos, sin, 4, 2, 64)
+    with pytest.raises(ValueError, match="both"):
+        qk_norm_rope(qkv, pos, cos, sin, 4, 2, 64, q_weight=w)
+    with pytest.raises(ValueError, match="norm weights"):
+        qk_norm_rope(qkv, pos, cos, sin, 4, 2, 64, w[:32], w[:32])
+    with pytest.raises(ValueError, match="cos"):
+        qk_norm_rope(qkv, pos, cos[:, :32], sin, 4, 2, 64)
+    with pytest.raises(ValueError, match="contiguous"):
+        qk_norm_rope(torch.randn(8 * 64, 2, device=DEVICE).t(), pos, cos, sin, 4, 2, 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# SiLU-and-mul
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 2 * 40), (5, 2 * 1500), (2, 3, 2 * 24)])
+def test_silu_and_mul_equals_torch(shape, dtype):
+    gen = torch.Generator().manual_seed(shape[-1])
+    x = randn(*shape, gen=gen, dtype=dtype, scale=4.0)  # far into both tails of silu
+    close(silu_and_mul(x.to(DEVICE)), torch_silu_and_mul(x), dtype)
+
+
+def test_silu_and_mul_strided_rows_and_odd_width():
+    gen = torch.Generator().manual_seed(4)
+    wide = randn(3, 100, gen=gen).to(DEVICE)
+    close(silu_and_mul(wide[:, 10:90]), torch_silu_and_mul(wide[:, 10:90].cpu()), torch.float32)
+    with pytest.raises(ValueError, match="even"):
+        silu_and_mul(torch.randn(2, 7, device=DEVICE))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode attention: tiling configs and the one-split path
+
+
+def test_one_split_writes_directly_and_padding_rows_get_zeros():
+    """num_splits 1: stage 1 writes the final output (no merge); a length-0 row (CUDA-graph
+    padding) must come out as zeros, not as whatever the output held."""
+    gen = torch.Generator().manual_seed(21)
+    kv = paged_kv([300, 77, 1, 5], 16, 2, 16, torch.float32, gen)
+    q = torch.randn(4, 4, 16, generator=gen).to(DEVICE)
+    kv.kv_lens[2] = 0
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
+                     num_splits=1, out=out)
+    assert out[2].eq(0).all()
+    keep = [0, 1, 3]
+    kv.table_idx, kv.kv_lens = kv.table_idx[keep], kv.kv_lens[keep]
+    check_decode(out[keep], q[keep], kv, 0.25, 1e-5)
+
+
+@pytest.mark.parametrize("block_n", [16, 32, 128])
+def test_decode_other_block_sizes(block_n):
+    gen = torch.Generator().manual_seed(block_n)
+    kv = paged_kv([300, 1, 129, 64], 16, 2, 16, torch.float32, gen)
+    q = torch.randn(4, 8, 16, generator=gen).to(DEVICE)
+    config = DecodeConfig(block_n=block_n, num_warps=2, num_stages=3)
+    for splits in (1, 3):
+        out = torch.full_like(q, float("nan"))
+        decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
+                         num_splits=splits, out=out, config=config)
+        check_decode(out, q, kv, 0.25, 1e-5)
+
+
+def test_decode_config_table_covers_every_batch_size():
+    bounds = [max_batch for max_batch, _ in DECODE_CONFIGS]
+    assert bounds == sorted(bounds) and bounds[-1] >= 1 << 20
+    device = torch.device(DEVICE)
+    most = max_num_splits(8, 8192, device)
+    for bs in (1, 2, 3, 4, 16, 64, 256, 1024):
+        assert 1 <= choose_num_splits(bs, 8, 8192, device) <= most
+    if DEVICE == "cpu":
+        assert most == 1  # the interpreter runs programs one by one: never split
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: bf16 against the torch code (run on the CPU), and whole models in fp32 against HF
+
+
+@pytest.mark.gpu
+def test_bfloat16_kernels_on_gpu():
+    gen = torch.Generator().manual_seed(30)
+    bf16 = torch.bfloat16
+    x, r = randn(9, 1024, gen=gen, dtype=bf16), randn(9, 1024, gen=gen, dtype=bf16)
+    w = randn(1024, gen=gen, dtype=bf16)
+    out, total = fused_add_rms_norm(x.cuda(), r.cuda(), w.cuda(), 1e-6)
+    assert torch.equal(total.cpu(), x + r)
+    close(out, torch_rms_norm(x + r, w, 1e-6), bf16)
+    g = randn(9, 2 * 3072, gen=gen, dtype=bf16, scale=3.0)
+    close(silu_and_mul(g.cuda()), torch_silu_and_mul(g), bf16)
+    rotary = RotaryEmbedding(128, 4096, 1e6)
+    qkv = randn(9, 32 * 128, gen=gen, dtype=bf16, scale=2.0)
+    positions = torch.randperm(4096, generator=gen)[:9]
+    q_w, k_w = randn(128, gen=gen, dtype=bf16), randn(128, gen=gen, dtype=bf16)
+    expected = torch_qk_norm_rope(qkv, positions, rotary, 16, 8, 128, q_w, k_w, 1e-6)
+    got = qk_norm_rope(qkv.cuda(), positions.cuda(), rotary._cos.cuda(), rotary._sin.cuda(), 16,
+                       8, 128, q_w.cuda(), k_w.cuda(), 1e-6)
+    for g_, e in zip(got, expected):
+        close(g_, e, bf16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["llama-untied", "qwen2-bias", "qwen3-qknorm"])
+def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path):
+    """The whole model on a GPU (fused kernels in every layer) against HF on the CPU, fp32."""
+    from test_ch03_models import CASES, TINY, save_random_hf_model
+
+    from minisgl.models.weight import load_model
+
+    model_type, arch, overrides = CASES[case]
+    hf_model = save_random_hf_model(tmp_path, model_type, arch, **overrides)
+    ours = load_model(tmp_path, device="cuda")
+    ids = torch.randint(0, TINY["vocab_size"], (23,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = hf_model(ids[None]).logits[0].float()
+    got = ours.forward(ids.cuda(), torch.arange(len(ids), device="cuda")).cpu()
+    assert (got - expected).abs().max().item() <= 1e-4
