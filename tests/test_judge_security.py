@@ -35,11 +35,11 @@ from judgekit.exercises import find_exercise  # noqa: E402
 from judgekit.report import format_result  # noqa: E402
 from judgekit.runner import judge  # noqa: E402
 
-EX101, EX202 = find_exercise(101), find_exercise(202)
+EX101, EX1901 = find_exercise(101), find_exercise(1901)
 CASES101 = EX101.load_cases()
 RAISING = next(c for c in CASES101 if c.raises)
 REFERENCE_101 = EX101.reference_path.read_text()
-REFERENCE_202 = EX202.reference_path.read_text()
+REFERENCE_1901 = EX1901.reference_path.read_text()
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the judge drops to a sandbox uid only as root")
 
 
@@ -190,7 +190,7 @@ def test_hidden_cases_leak_nothing_on_the_web_page():
 
 
 # ---- 3. CUDA: the learner's file cannot change the test program ----------------------------------
-EMPTY_KERNEL = REFERENCE_202[:REFERENCE_202.index("template <typename V>")] + """
+EMPTY_KERNEL = REFERENCE_1901[:REFERENCE_1901.index("template <typename V>")] + """
 template <typename V>
 __global__ void store_kv_kernel(V* __restrict__ k_cache, V* __restrict__ v_cache,
                                 const int32_t* __restrict__ indices, const V* __restrict__ k,
@@ -233,7 +233,7 @@ int main() { std::printf("store_kv PASS\\n"); return 0; }
 @pytest.mark.parametrize("attack", list(CUDA_ATTACKS))
 def test_cuda_source_cannot_rewrite_the_test_program(attack):
     code = CUDA_ATTACKS[attack] + EMPTY_KERNEL
-    result = judge(EX202, code, cases=EX202.load_cases()[:1])
+    result = judge(EX1901, code, cases=EX1901.load_cases()[:1])
     _non_ac(result)
     if attack in ("redefine-symbols", "strong-main"):
         assert _verdicts(result) == ["CE"] and "全局符号" in result.cases[0].message
@@ -341,13 +341,13 @@ __attribute__((destructor)) static void overwrite() {
   forge_report();
   say_pass();
 }
-""" + REFERENCE_202,
+""" + REFERENCE_1901,
 }
 
 
 @pytest.mark.parametrize("attack", list(FORGE_ATTACKS))
 def test_cuda_program_cannot_forge_its_verdict(attack):
-    result = judge(EX202, FORGE_HELPERS + FORGE_ATTACKS[attack], cases=EX202.load_cases()[:1])
+    result = judge(EX1901, FORGE_HELPERS + FORGE_ATTACKS[attack], cases=EX1901.load_cases()[:1])
     case = result.cases[0]
     assert _verdicts(result) == ["WA"], format_result(result)
     assert "PASS" in case.details.get("stdout", ""), format_result(result)
@@ -362,11 +362,11 @@ def test_cuda_program_cannot_forge_its_verdict(attack):
 def test_cuda_write_the_emulator_cannot_see_is_caught_by_the_data():
     # The right rows, plus one element into the gap after each row: inside the pool's buffer, so
     # the emulator has nothing to report, and the program exits 0. The data check alone fails it.
-    gap_writer = REFERENCE_202.replace("if (i < row) dst[i] = src[i];",
+    gap_writer = REFERENCE_1901.replace("if (i < row) dst[i] = src[i];",
                                        "if (i < row) dst[i] = src[i];\n  if (lane == 0) dst[row] = src[0];")
-    assert gap_writer != REFERENCE_202
-    strides = next(c for c in EX202.load_cases() if "行步长各不相同" in c.name)
-    result = judge(EX202, gap_writer, cases=[dataclasses.replace(strides, visible=True)])
+    assert gap_writer != REFERENCE_1901
+    strides = next(c for c in EX1901.load_cases() if "行步长各不相同" in c.name)
+    result = judge(EX1901, gap_writer, cases=[dataclasses.replace(strides, visible=True)])
     case = result.cases[0]
     assert _verdicts(result) == ["WA"], format_result(result)
     assert case.details["actual"].endswith("退出码 0，模拟器报告了 0 个错误"), case.details
@@ -618,7 +618,7 @@ def test_cuda_programs_run_in_the_same_sandbox(listeners, untouched):
     tcp, _ = listeners
     probe = CUDA_PROBE.replace("TCP_PORT", str(tcp.getsockname()[1])).replace(
         "TARGET", str(untouched))
-    result = judge(EX202, probe + EMPTY_KERNEL, cases=EX202.load_cases()[:1])
+    result = judge(EX1901, probe + EMPTY_KERNEL, cases=EX1901.load_cases()[:1])
     stdout = result.cases[0].details.get("stdout", "")
     assert _verdicts(result) == ["WA"], format_result(result)
     assert "ALLOWED" not in stdout and stdout.count("denied") == 8, stdout

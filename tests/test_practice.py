@@ -33,6 +33,7 @@ JUDGE = [sys.executable, str(PRACTICE / "judge.py")]
 def workspace(tmp_path, monkeypatch):
     path = tmp_path / "workspace"
     monkeypatch.setenv("MINISGL_PRACTICE_WORKSPACE", str(path))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))  # the progress database
     return path
 
 
@@ -108,6 +109,42 @@ def test_cli_uses_workspace_copy_and_records_progress(workspace):
     assert progress.passed_ids() == {101}
     listing = subprocess.run([*JUDGE, "--list"], capture_output=True, text=True, timeout=60).stdout
     assert "✓ 101." in listing
+    first_try, second_try = reversed(progress.submissions(101))
+    assert (first_try.ok, second_try.ok) == (False, True)
+    assert progress.submission(second_try.id).source == ex.reference_path.read_text()
+    table = subprocess.run([*JUDGE, "--progress"], capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0
+    rows = {line.split()[0]: line.split() for line in table.stdout.splitlines() if line.strip()}
+    assert rows["1"][:3] == ["1", "1/1", "2"] and "✓101" in rows["1"]
+    assert rows["2"][:3] == ["2", "0/1", "0"] and "·201" in rows["2"]
+
+
+def test_progress_database_keeps_every_submission(tmp_path):
+    database = progress.database_path()
+    assert database.parent == tmp_path / "cache"
+    assert progress.statuses() == {} and progress.submission(1) is None
+    source = "def f():\n    return '中文 \\x00 \"quoted\"; DROP TABLE submissions; --'\n"
+    first = progress.record(201, ["AC", "WA", "RE"], source, "web")
+    second = progress.record(201, ["AC", "AC", "AC"], "pass", "cli")
+    third = progress.record(201, ["WA", "WA", "WA"], "", "cli")  # passed once: stays passed
+    progress.record(301, [], "", "cli")  # a run with no cases (compile error) is not a pass
+    assert progress.submission(first).source == source
+    assert [s.id for s in progress.submissions(201)] == [third, second, first]
+    assert progress.submissions(201)[0].source == ""  # listings leave the source out
+    status = progress.statuses()
+    assert status[201].passed and status[201].attempts == 3 and status[201].best == "3/3"
+    assert not status[301].passed and status[301].best == "0/0"
+    assert progress.passed_ids() == {201}
+    with pytest.raises(ValueError):
+        progress.record(201, ["AC"], "", "elsewhere")
+
+
+def test_old_exercise_id_is_an_alias():
+    assert find_exercise(202).id == find_exercise(1901).id == 1901
+    aliases = [a for ex in EXERCISES for a in ex.aliases]
+    assert len(aliases) == len(set(aliases)) and not set(aliases) & {ex.id for ex in EXERCISES}
+    for ex in EXERCISES:  # the first digits of an id are its chapter
+        assert ex.id // 100 == ex.chapter, ex
 
 
 # ---- hostile submissions -----------------------------------------------------------------------

@@ -37,7 +37,7 @@ file rewritten twice has one older version per rewrite. A file is *modified* in 
 was added in an earlier chapter and N rewrites it or it carries a marker for N.
 
 Exercises are folders `practice/exercises/<id>-<slug>/` whose meta.toml names their chapter (`chapter = 19`
-for 202); the folder may be absent.
+for 1901); the folder may be absent.
 
 Commands:
 
@@ -859,6 +859,19 @@ def _indent(text: str) -> str:
     return "\n".join("   | " + line for line in text.splitlines())
 
 
+# Modules that a chapter's main or tests import and that `pip install -r requirements.txt` alone
+# does not bring, with the first chapter that needs them: checked before anything runs, so that a
+# missing one costs a line, not minutes of checking.
+NEEDS = {"pytest": 1, "flashinfer_bench": 19}
+SETUP = "python tools/setup_env.py"
+
+
+def missing_modules(numbers: list[int]) -> list[str]:
+    last = max(numbers)
+    return [name for name, first in NEEDS.items()
+            if first <= last and importlib.util.find_spec(name) is None]
+
+
 def check(
     manifest: Manifest, numbers: list[int], keep: bool, timeout: float,
     record_proven: Path | None = None,
@@ -932,6 +945,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "materialize":
             print(materialize(args.n, args.dest, manifest))
         else:
+            missing = missing_modules(args.n or [ch.number for ch in manifest.chapters])
+            if missing:
+                print(f"error: the chapters' tests need {', '.join(missing)}, which this Python "
+                      f"lacks: run `{SETUP}` (the README's set-up)", file=sys.stderr)
+                return 2
             passed = check(manifest, args.n, args.keep, args.timeout, args.record_proven)
             return 0 if passed else 1
     except StepsError as e:

@@ -1,7 +1,7 @@
 """Exercises on disk: practice/exercises/<id>-<slug>/meta.toml and what sits beside it.
 
 An exercise folder holds
-    meta.toml         id, chapter, title, difficulty, language, file names, limits
+    meta.toml         id, chapter, title, difficulty, language, file names, limits, aliases
     statement.md      the statement (Chinese Markdown)
     starter.<ext>     the learner's starting point (copied to the workspace on first use)
     tests/cases.py    cases(): the test cases, expected values from an independent reference
@@ -26,7 +26,7 @@ DIFFICULTIES = ("简单", "中等", "困难")
 
 
 def workspace_root() -> Path:
-    """Where the learner's working copies and progress.json live (git-ignored)."""
+    """Where the learner's working copies live (git-ignored)."""
     return Path(os.environ.get("MINISGL_PRACTICE_WORKSPACE", PRACTICE / "workspace"))
 
 
@@ -46,6 +46,7 @@ class Exercise:
     max_processes: int  # processes + threads the learner's program may have at once
     output_mb: int  # largest file (stdout included) the program may write
     dir: Path
+    aliases: tuple[int, ...] = ()  # older ids that still name this exercise (202 is now 1901)
 
     @property
     def label(self) -> str:
@@ -101,6 +102,7 @@ def load_exercise(folder: Path) -> Exercise:
         max_processes=int(meta.get("max_processes", 32)),
         output_mb=int(meta.get("output_mb", 8)),
         dir=folder,
+        aliases=tuple(int(a) for a in meta.get("aliases", [])),
     )
     if folder.name != f"{ex.id}-{ex.slug}":
         raise ValueError(f"{folder}: folder must be named {ex.id}-{ex.slug}")
@@ -126,7 +128,13 @@ def by_chapter(root: Path = EXERCISES) -> dict[int, list[Exercise]]:
 
 
 def find_exercise(exercise_id: int | str, root: Path = EXERCISES) -> Exercise | None:
-    for ex in list_exercises(root):
-        if str(ex.id) == str(exercise_id).strip():
+    """The exercise with this id, or with this old id (an alias)."""
+    wanted = str(exercise_id).strip()
+    exercises = list_exercises(root)
+    for ex in exercises:
+        if str(ex.id) == wanted:
+            return ex
+    for ex in exercises:
+        if wanted in {str(a) for a in ex.aliases}:
             return ex
     return None

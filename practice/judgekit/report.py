@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .exercises import Exercise, by_chapter
+from .progress import ExerciseStatus
 from .runner import VERDICTS, JudgeResult
 
 DETAIL_TITLES = [
@@ -78,6 +79,36 @@ def format_list(passed: set[int] | None = None, chapter: int | None = None) -> s
             mark = "✓" if ex.id in passed else " "
             lines.append(f"  {mark} {ex.label}  [{ex.language}]  {ex.dir.name}")
     return "\n".join(lines)
+
+
+def format_progress(statuses: dict[int, ExerciseStatus]) -> str:
+    """One row per chapter: exercises passed of all, submissions, and each exercise's mark
+    (✓ passed, ✗ tried and not yet passed with its best result, · not tried)."""
+    header = ["章", "通过", "提交次数", "题目"]
+    rows = []
+    done = total = attempts = 0
+    for number, exercises in by_chapter().items():
+        marks, passed, tries = [], 0, 0
+        for ex in exercises:
+            status = statuses.get(ex.id)
+            if status is None:
+                marks.append(f"·{ex.id}")
+            elif status.passed:
+                marks.append(f"✓{ex.id}")
+                passed += 1
+            else:
+                marks.append(f"✗{ex.id}({status.best})")
+            tries += status.attempts if status else 0
+        rows.append([f"{number}", f"{passed}/{len(exercises)}", f"{tries}", " ".join(marks)])
+        done, total, attempts = done + passed, total + len(exercises), attempts + tries
+    rows.append(["合计", f"{done}/{total}", f"{attempts}", ""])
+    widths = [max(_width(r[i]) for r in [header, *rows]) for i in range(3)]
+
+    def line(cells: list[str]) -> str:
+        padded = [c + " " * (w - _width(c)) for c, w in zip(cells, widths)]
+        return "  ".join([*padded, cells[3]]).rstrip()
+
+    return "\n".join([line(header), *map(line, rows), "", "✓ 已通过  ✗ 做过、还没通过（括号里是最好成绩）  · 还没做"])
 
 
 def exercise_json(ex: Exercise) -> dict:

@@ -153,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         path.write_text(code, encoding="utf-8")
         with _judge_lock:
             result = judge(ex, code)
-        progress.record(ex.id, result.passed, len(result.cases))
+        progress.record(ex.id, [c.verdict for c in result.cases], code, "web")
         data = result.to_json()
         data["summary"] = f"结果：{result.passed}/{len(result.cases)} 通过"
         data["sandbox_line"] = sandbox_line(result)

@@ -1,4 +1,4 @@
-// 202. 写 KV Cache 的 kernel
+// 1901. 写 KV Cache 的 kernel
 //
 // 把第 t 个新 token 的 K 行 k[t] 写到 k_cache 的第 indices[t] 行，V 行 v[t] 写到 v_cache 的
 // 第 indices[t] 行（t = 0 .. n-1）。长度和步长都以 V 为单位，见题面。

@@ -1,4 +1,4 @@
-// 202. 写 KV Cache 的 kernel：参考答案。
+// 1901. 写 KV Cache 的 kernel：参考答案。
 // 两个 warp 负责一个 token：偶数号 warp 搬 K 行，奇数号 warp 搬 V 行。每个 lane 每一轮先读
 // 两个元素、再写两个，让更多的读请求同时在路上。
 #include <cstdint>

@@ -1,4 +1,4 @@
-"""Cases of exercise 202, drawn fresh on every run. The judge gives each case's data to the test
+"""Cases of exercise 1901, drawn fresh on every run. The judge gives each case's data to the test
 program tests/store_kv_driver.cu on stdin (its format is described there); the program runs the
 learner's kernel once on a pool whose compared slots hold random bytes and writes those slots back.
 The expected bytes come from the plain row copies in `_case` below, never from the program: it is

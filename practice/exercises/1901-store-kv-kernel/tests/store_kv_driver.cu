@@ -1,4 +1,4 @@
-// The test program of exercise 202. It checks nothing: the judge draws a case (tests/cases.py),
+// The test program of exercise 1901. It checks nothing: the judge draws a case (tests/cases.py),
 // gives it to this program on stdin, and compares the pool slots the program writes back with
 // bytes it computed itself. The program is linked with the learner's code, so anything it prints,
 // returns or writes is the learner's to forge; only the data it writes back is judged.
