@@ -31,6 +31,11 @@ from .common import MIN_DOT_ROWS, dot_precision
 SCAN_BLOCK = 256  # pairs one program looks at per step of its scan
 
 
+def _scratch(*shape: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Buffers the kernels fill (tests swap in NaN-filled ones to catch rows left unwritten)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
 @dataclass(frozen=True)
 class MoETiles:
     """Tile sizes of the two grouped GEMMs."""
@@ -175,8 +180,8 @@ def route_triton(router_logits: torch.Tensor, top_k: int, normalize: bool
     """moe.routing.route in one launch: topk_weights [T, k] fp32, topk_ids [T, k] int32."""
     tokens, num_experts = router_logits.shape
     assert router_logits.stride(1) == 1
-    weights = torch.empty(tokens, top_k, dtype=torch.float32, device=router_logits.device)
-    ids = torch.empty(tokens, top_k, dtype=torch.int32, device=router_logits.device)
+    weights = _scratch(tokens, top_k, dtype=torch.float32, device=router_logits.device)
+    ids = _scratch(tokens, top_k, dtype=torch.int32, device=router_logits.device)
     if tokens:
         _route_kernel[(tokens,)](router_logits, weights, ids, num_experts,
                                  router_logits.stride(0), TOP_K=top_k, NORMALIZE=normalize,
@@ -190,9 +195,9 @@ def align_triton(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Alig
     ids = topk_ids.flatten().to(torch.int32)
     num_pairs = ids.numel()
     rows = max_padded_rows(num_pairs, num_experts, block_m)
-    counts = torch.empty(num_experts, dtype=torch.int32, device=ids.device)
-    sorted_pairs = torch.empty(rows, dtype=torch.int32, device=ids.device)
-    block_expert = torch.empty(rows // block_m, dtype=torch.int32, device=ids.device)
+    counts = _scratch(num_experts, dtype=torch.int32, device=ids.device)
+    sorted_pairs = _scratch(rows, dtype=torch.int32, device=ids.device)
+    block_expert = _scratch(rows // block_m, dtype=torch.int32, device=ids.device)
     _count_kernel[(num_experts,)](ids, counts, num_pairs, SCAN=SCAN_BLOCK)
     _align_kernel[(num_experts + 1,)](ids, counts, sorted_pairs, block_expert, num_pairs,
                                       num_experts, rows // block_m, BLOCK_M=block_m,
@@ -220,12 +225,12 @@ def experts_triton(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     precision = dot_precision(x.dtype)
     common = dict(DOT_PRECISION=precision, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
                   BLOCK_K=tiles.block_k, num_warps=tiles.num_warps, num_stages=tiles.num_stages)
-    hidden_act = torch.empty(num_pairs, inter, dtype=x.dtype, device=x.device)
+    hidden_act = _scratch(num_pairs, inter, dtype=x.dtype, device=x.device)
     _expert_gemm_kernel[(num_blocks, triton.cdiv(inter, tiles.block_n))](
         x, w13, hidden_act, aligned.sorted_pairs, aligned.block_expert, weights,
         inter, hidden, num_pairs, top_k, x.stride(0), w13.stride(0), w13.stride(1),
         hidden_act.stride(0), GATED=True, A_ROW_IS_TOKEN=True, MUL_WEIGHT=False, **common)
-    per_pair = torch.empty(num_pairs, hidden, dtype=x.dtype, device=x.device)
+    per_pair = _scratch(num_pairs, hidden, dtype=x.dtype, device=x.device)
     _expert_gemm_kernel[(num_blocks, triton.cdiv(hidden, tiles.block_n))](
         hidden_act, w2, per_pair, aligned.sorted_pairs, aligned.block_expert, weights,
         hidden, inter, num_pairs, top_k, hidden_act.stride(0), w2.stride(0), w2.stride(1),
