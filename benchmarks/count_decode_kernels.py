@@ -1,0 +1,139 @@
+"""How many kernels one decode step launches: the torch ops of a decoder layer against chapter 20's
+fused kernels.
+
+    python benchmarks/count_decode_kernels.py     # CPU: the torch ops of each piece of a layer
+    python benchmarks/count_decode_kernels.py     # GPU: also every kernel of a whole decode step
+
+A CUDA graph removes the CPU's launch cost but not the GPU's: each kernel still costs a few
+microseconds of GPU time to start, fill and drain, so a small model's decode step is bound by
+how many kernels it has. On any machine, the pieces of one Qwen3-0.6B decoder layer (batch 1,
+bf16) run through the torch code under torch.profiler; every top-level op that computes (not a
+view, not a no-op cast) is one kernel launch on a GPU. Each fused piece is one launch by
+construction. On a GPU, the profiler also counts the CUDA kernels of one eager decode step of
+Qwen3-0.6B (dummy weights, Triton attention) through the scheduler, with the fused kernels and
+with MINISGL_DISABLE_FUSED_KERNELS=1, sampling and metadata copies included.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from minisgl.layers import RMSNormFused, RotaryEmbedding, silu_and_mul
+from minisgl.layers.attention import AttentionLayer
+from minisgl.layers.norm import RMSNorm
+
+# Ops that only make a new view of the same memory (or allocate): no kernel on a GPU.
+VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::split", "aten::slice",
+         "aten::chunk", "aten::narrow", "aten::unsqueeze", "aten::squeeze", "aten::transpose",
+         "aten::expand", "aten::as_strided", "aten::alias", "aten::detach", "aten::empty",
+         "aten::empty_like", "aten::empty_strided", "aten::select", "aten::t", "aten::permute",
+         "aten::split_with_sizes", "aten::lift_fresh", "aten::result_type"}
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 1024, 16, 8, 128, 3072  # Qwen3-0.6B
+DTYPE = torch.bfloat16
+
+
+def torch_launches(fn) -> tuple[int, list[str]]:
+    """Top-level ops of fn that compute; `aten::to` counts only when it copies."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    names = []
+    for e in prof.events():
+        if e.cpu_parent is not None or e.name in VIEWS:
+            continue
+        if e.name == "aten::to" and not any(c.name == "aten::_to_copy" for c in e.cpu_children):
+            continue
+        names.append(e.name.removeprefix("aten::"))
+    return len(names), names
+
+
+def layer_pieces() -> list[tuple[str, int, int, list[str]]]:
+    """(piece, torch launches, fused launches, the torch ops) for one layer at batch 1."""
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(DTYPE)
+
+    norm = RMSNormFused(HIDDEN, 1e-6)
+    norm.weight = rand(HIDDEN)
+    q_norm, k_norm = RMSNorm(HEAD_DIM, 1e-6), RMSNorm(HEAD_DIM, 1e-6)
+    q_norm.weight, k_norm.weight = rand(HEAD_DIM), rand(HEAD_DIM)
+    rotary = RotaryEmbedding(HEAD_DIM, 4096, 1e6)
+    attn = AttentionLayer(0, HEADS, KV_HEADS, HEAD_DIM, rotary, q_norm, k_norm)
+    x, residual = rand(1, HIDDEN), rand(1, HIDDEN)
+    qkv = rand(1, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
+    gate_up = rand(1, 2 * INTER)
+    positions = torch.tensor([100])
+    pieces = [
+        ("input add + RMSNorm", lambda: norm.forward(x, residual)),
+        ("q/k RMSNorm + RoPE", lambda: attn._qkv_normed_and_rotated(qkv, positions)),
+        ("post-attention add + RMSNorm", lambda: norm.forward(x, residual)),
+        ("SiLU-and-mul", lambda: silu_and_mul(gate_up)),
+    ]
+    rows = []
+    for name, fn in pieces:
+        count, names = torch_launches(fn)
+        rows.append((name, count, 1, names))
+    return rows
+
+
+def gpu_step_kernels() -> dict[str, int]:
+    """CUDA kernels of one eager decode step of Qwen3-0.6B at batch 1, fused on and off."""
+    from minisgl import kernel
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+
+    counts = {}
+    for label, disabled in (("torch ops", "1"), ("fused kernels", "0")):
+        os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = disabled
+        kernel._fused_kernels.cache_clear()
+        llm = LLM("Qwen/Qwen3-0.6B", dummy_weight=True, dtype="bfloat16", device="cuda",
+                  attention_backend="triton", cuda_graph_max_bs=0, max_running_reqs=4,
+                  page_size=16, num_pages=256)
+        sched = llm.scheduler
+        sched.add_request(list(range(1, 33)), SamplingParams(max_tokens=8, ignore_eos=True))
+        sched.step()  # prefill
+        sched.step()  # a first decode step: Triton compiles here
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            sched.step()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        counts[label] = len(kernels)
+        while sched.has_work:
+            sched.step()
+        llm.shutdown()
+        del llm
+    os.environ.pop("MINISGL_DISABLE_FUSED_KERNELS")
+    kernel._fused_kernels.cache_clear()
+    return counts
+
+
+def main() -> int:
+    print("One Qwen3-0.6B decoder layer at batch 1, bf16: kernel launches per piece")
+    total_before = total_after = 0
+    for name, before, after, names in layer_pieces():
+        total_before += before
+        total_after += after
+        print(f"  {name:30s} torch {before:2d} -> fused {after}   ({' '.join(names)})")
+    # The rest of a layer is the same on both sides: four GEMMs (qkv, o, gate_up, down), the
+    # KV store (chapter 19's CUDA kernel) and decode attention (chapter 20: one kernel with a
+    # single split, a split kernel and a merge kernel otherwise).
+    same = 4 + 1 + 2
+    print(f"  {'GEMMs, store_kv, attention':30s} same on both sides: {same} (4 + 1 + 2)")
+    print(f"kernels per decoder layer: torch {total_before + same} -> fused {total_after + same}"
+          f"; x 28 layers: {28 * (total_before + same)} -> {28 * (total_after + same)}")
+    if torch.cuda.is_available():
+        counts = gpu_step_kernels()
+        on, off = counts["fused kernels"], counts["torch ops"]
+        print(f"GPU, one eager decode step of Qwen3-0.6B (28 layers, sampling included): "
+              f"{off} CUDA kernels with torch ops, {on} with the fused kernels "
+              f"({(off - on) / 28:.1f} fewer per layer)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
