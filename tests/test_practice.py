@@ -548,6 +548,13 @@ def test_http_api_validates_requests(server):
     assert _request(server, "POST", run, b'{"code": 42}', json_type)[0] == 400
     big = json.dumps({"code": "#" * 300_000}).encode()
     assert _request(server, "POST", run, big, json_type)[0] == 413
+    for path in ["/api/submissions/abc", "/api/submissions/-1", "/api/submissions/1",
+                 "/api/submissions/" + "9" * 13, "/api/exercises/999/submissions",
+                 "/static/vendor/codemirror/../../judge.py", "/static/vendor/codemirror/",
+                 "/static/vendor/codemirror/README.md"]:
+        assert _request(server, "GET", path)[0] == 404, path
+    status, body = _request(server, "GET", "/static/vendor/codemirror/codemirror.js")
+    assert status == 200 and b"CodeMirror" in body
 
 
 def test_http_api_runs_code_and_keeps_progress(server, workspace):
@@ -569,3 +576,10 @@ def test_http_api_runs_code_and_keeps_progress(server, workspace):
     passed = {e["id"]: e["passed"] for ch in listing["chapters"] for e in ch["exercises"]}
     assert passed[101] and not passed[201]
     assert json.loads(_request(server, "GET", "/api/exercises/101")[1])["code"] == reference
+    history = json.loads(_request(server, "GET", "/api/exercises/101/submissions")[1])
+    [entry] = history["submissions"]
+    assert entry["ok"] and entry["origin"] == "web" and "source" not in entry
+    status, data = _request(server, "GET", f"/api/submissions/{entry['id']}")
+    assert status == 200 and json.loads(data)["source"] == reference
+    alias = json.loads(_request(server, "GET", "/api/exercises/202")[1])
+    assert alias["id"] == 1901 and alias["language"] == "cuda"

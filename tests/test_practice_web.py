@@ -1,7 +1,9 @@
 """The judge's web page, end to end in headless Chromium (Debian's chromium, driven by Playwright).
 
-Needs `apt-get install -y chromium` and `pip install -r practice/requirements.txt`.
-Set MINISGL_SKIP_BROWSER=1 to skip on a machine without a browser.
+Needs `apt-get install -y chromium fonts-noto-cjk` and `pip install -r practice/requirements.txt`
+(`python tools/setup_env.py --tests` does both). Set MINISGL_SKIP_BROWSER=1 to skip on a machine
+without a browser. The page's screenshots go to $MINISGL_TEST_ARTIFACTS when it is set, else to
+the test's temporary folder (pytest keeps the last three).
 """
 
 from __future__ import annotations
@@ -18,13 +20,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "practice"))
 
-from judgekit.exercises import find_exercise  # noqa: E402
+from judgekit import progress  # noqa: E402
+from judgekit.exercises import find_exercise, list_exercises  # noqa: E402
 from judgekit.web import make_server  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
+VIEWPORT = {"width": 1280, "height": 900}
+
+# Draws each text on a canvas in the page's own font and returns its width and pixels. Without a
+# font that has the glyph, Chromium draws the same "tofu" box for every missing character.
+GLYPHS_JS = """(texts) => {
+  const font = getComputedStyle(document.body).font;
+  const canvas = document.createElement("canvas");
+  canvas.width = 64; canvas.height = 64;
+  const ctx = canvas.getContext("2d", {willReadFrequently: true});
+  return texts.map((text) => {
+    ctx.clearRect(0, 0, 64, 64);
+    ctx.font = font.replace(/\\d+px/, "40px");
+    ctx.fillText(text, 4, 48);
+    const pixels = ctx.getImageData(0, 0, 64, 64).data.filter((_, i) => i % 4 === 3);
+    return {width: ctx.measureText(text).width, inked: pixels.filter((a) => a > 0).length,
+            pixels: Array.from(pixels).join(",")};
+  });
+}"""
 
 
 def _chromium() -> str:
@@ -33,11 +54,11 @@ def _chromium() -> str:
     path = os.environ.get("MINISGL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not os.path.exists(path):
         pytest.fail("headless Chromium is missing: run `apt-get update && apt-get install -y "
-                    "chromium` (or set MINISGL_SKIP_BROWSER=1 to skip this test)")
+                    "chromium fonts-noto-cjk` (or set MINISGL_SKIP_BROWSER=1 to skip this test)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.fail("Playwright for Python is missing: run `pip install -r practice/requirements.txt`"
+        pytest.fail("Playwright for Python is missing: run `python tools/setup_env.py`"
                     " (never `playwright install`: the test uses Debian's chromium)")
     return path
 
@@ -45,6 +66,7 @@ def _chromium() -> str:
 @pytest.fixture
 def page_url(tmp_path, monkeypatch):
     monkeypatch.setenv("MINISGL_PRACTICE_WORKSPACE", str(tmp_path / "workspace"))
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))  # the progress database
     server = make_server(0, verbose=False)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -53,47 +75,127 @@ def page_url(tmp_path, monkeypatch):
     server.server_close()
 
 
-def test_page_judges_reference_and_starter(page_url):
+@pytest.fixture
+def artifacts(tmp_path) -> Path:
+    folder = Path(os.environ.get("MINISGL_TEST_ARTIFACTS") or tmp_path / "artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_page_renders_chinese_edits_judges_and_remembers(page_url, artifacts):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
     ex = find_exercise(201)
     n = len(ex.load_cases())
+    reference = ex.reference_path.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="minisgl-chromium-") as profile, sync_playwright() as p:
         browser = p.chromium.launch_persistent_context(
             profile, executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1280, "height": 900},
+            viewport=VIEWPORT,
         )
         try:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(page_url)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            editor_value = "() => window.minisglEditor.getValue()"
 
+            # The landing page: every chapter and exercise, each with its status.
+            page.goto(page_url)
+            expect(page.locator("body.ready")).to_have_count(1)
+            expect(page.locator("#landing")).to_be_visible()
+            for other in list_exercises():
+                expect(page.locator(f"#exercise-list a[data-id='{other.id}']")).to_contain_text(
+                    other.label)
+            expect(page.locator("#exercise-list")).to_contain_text("第 2 章 网络层")
             link = page.locator("#exercise-list a[data-id='201']")
-            expect(link).to_contain_text(ex.label)
-            expect(page.locator("#exercise-list")).to_contain_text("第 2 章")
+            expect(link.locator(".status")).to_have_text("未做")
+            expect(page.locator("#overall")).to_have_text(f"已通过 0/{len(list_exercises())} 道")
+
+            # Chinese is drawn with real glyphs: full-width, inked, different from each other and
+            # from the box drawn for a character that no font has (U+10FFFD, private use).
+            zhong, wen, tofu = page.evaluate(GLYPHS_JS, ["中", "文", "\U0010fffd"])
+            assert zhong["width"] >= 0.9 * 40 and zhong["inked"] > 100, zhong["width"]
+            assert zhong["pixels"] != wen["pixels"], "every Chinese character looks the same: tofu"
+            assert zhong["pixels"] != tofu["pixels"], "Chinese renders as the missing-glyph box"
+            title = page.locator("#exercise-list h2").first.bounding_box()
+            assert title["height"] < 40  # one line: the glyphs are not replaced by wide boxes
+            page.screenshot(path=str(artifacts / "judge_landing.png"), full_page=True)
+
+            # One exercise: the statement beside the editor, both with room.
             link.click()
             expect(page.locator("#statement h1")).to_contain_text("RMSNorm")
-            expect(page.locator("#code")).to_have_value(ex.starter_code())
+            statement = page.locator("#statement").bounding_box()
+            editor_box = page.locator("#editor .CodeMirror").bounding_box()
+            assert statement["width"] >= 450 and editor_box["width"] >= 550
+            assert editor_box["x"] >= statement["x"] + statement["width"] - 1  # side by side
+            assert editor_box["x"] + editor_box["width"] <= VIEWPORT["width"]
+            assert page.evaluate(editor_value) == ex.starter_code()
+            lines = ex.starter_code().count("\n") + 1
+            assert page.locator(".CodeMirror-linenumber").count() >= lines
+            expect(page.locator(".CodeMirror .cm-keyword", has_text="def").first).to_be_visible()
+            page.screenshot(path=str(artifacts / "judge_exercise.png"))
 
-            page.fill("#code", ex.reference_path.read_text(encoding="utf-8"))
+            # Typing: Enter after a colon indents by four spaces, Tab inserts four spaces; a long
+            # line scrolls sideways instead of being cut off.
+            page.locator("#editor .CodeMirror").click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type("def f(x):")
+            page.keyboard.press("Enter")
+            page.keyboard.type("return x")
+            assert page.evaluate(editor_value) == "def f(x):\n    return x"
+            page.keyboard.press("Control+A")
+            page.keyboard.press("Delete")
+            page.keyboard.press("Tab")
+            page.keyboard.insert_text("y = " + " + ".join(["long_name"] * 40))
+            assert page.evaluate(editor_value).startswith("    y = long_name")
+            scroll = page.locator("#editor .CodeMirror-scroll")
+            assert scroll.evaluate("(el) => el.scrollWidth > el.clientWidth + 100")
+
+            # Type the solution, submit, see AC; the submission is recorded.
+            page.keyboard.press("Control+A")
+            page.keyboard.insert_text(reference)
+            assert page.evaluate(editor_value) == reference
             page.click("#run")
             expect(page.locator("#summary")).to_have_text(f"结果：{n}/{n} 通过", timeout=120_000)
-            verdicts = page.locator("#cases tbody .verdict").all_inner_texts()
-            assert verdicts == ["AC"] * n
-            expect(link.locator(".check")).to_have_text("✓")
+            assert page.locator("#cases tbody .verdict").all_inner_texts() == ["AC"] * n
+            expect(page.locator("#status")).to_have_text("全部通过 ✓")
+            expect(page.locator("#submissions tbody tr")).to_have_count(1)
+            assert progress.passed_ids() == {201}
 
-            page.fill("#code", ex.starter_code())
+            # The starter fails; the earlier, passing submission can be reopened.
+            page.evaluate("(code) => window.minisglEditor.setValue(code)", ex.starter_code())
             page.click("#run")
             expect(page.locator("#summary")).to_have_text(f"结果：0/{n} 通过", timeout=120_000)
             assert set(page.locator("#cases tbody .verdict").all_inner_texts()) == {"RE"}
             expect(page.locator("#failure")).to_contain_text("NotImplementedError")
-            expect(link.locator(".check")).to_have_text("✓")  # once passed, stays passed
+            rows = page.locator("#submissions tbody tr")
+            expect(rows).to_have_count(2)
+            expect(rows.nth(0)).to_contain_text(f"0/{n}")
+            expect(rows.nth(1)).to_contain_text(f"{n}/{n}")
+            rows.nth(1).locator("button").click()
+            expect(page.locator("#status")).to_contain_text("已打开")
+            assert page.evaluate(editor_value) == reference
 
-            page.reload()  # the saved code comes back
-            page.locator("#exercise-list a[data-id='201']").click()
-            expect(page.locator("#code")).to_have_value(ex.starter_code())
+            # Reload: the exercise is marked done from the database, the saved code comes back.
+            page.goto(page_url)
+            page.reload()
+            expect(page.locator("body.ready")).to_have_count(1)
+            link = page.locator("#exercise-list a[data-id='201']")
+            expect(link.locator(".status")).to_have_text("✓ 已通过")
+            expect(page.locator("#overall")).to_have_text(f"已通过 1/{len(list_exercises())} 道")
+            link.click()
+            expect(page.locator("#statement h1")).to_contain_text("RMSNorm")
+            assert page.evaluate(editor_value) == ex.starter_code()  # the last code judged
+            expect(page.locator("#submissions tbody tr")).to_have_count(2)
+
+            # The old id of 1901 opens 1901, as CUDA with its keywords highlighted.
+            page.goto(page_url + "#202")
+            expect(page.locator("#statement h1")).to_contain_text("1901.")
+            assert page.evaluate("() => location.hash") == "#1901"
+            cuda = page.locator(".CodeMirror .cm-keyword", has_text="__global__")
+            expect(cuda.first).to_be_visible()
             assert errors == []
         finally:
             browser.close()

@@ -127,6 +127,17 @@ def by_chapter(root: Path = EXERCISES) -> dict[int, list[Exercise]]:
     return groups
 
 
+def chapter_titles() -> dict[int, str]:
+    """Chapter number -> title, from the course's manifest (tools/chapters.toml) when it is here."""
+    try:
+        with open(PRACTICE.parent / "tools" / "chapters.toml", "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return {int(c["number"]): str(c.get("title", "")) for c in data.get("chapter", [])
+            if "number" in c}
+
+
 def find_exercise(exercise_id: int | str, root: Path = EXERCISES) -> Exercise | None:
     """The exercise with this id, or with this old id (an alias)."""
     wanted = str(exercise_id).strip()

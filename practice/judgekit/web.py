@@ -1,9 +1,15 @@
 """The judge's local web page: list, statement, editor, run, progress. Bound to 127.0.0.1 only.
 
-    GET  /                            the page (static/index.html, app.js, style.css; no CDN)
-    GET  /api/exercises               exercises by chapter, with passed flags
+    GET  /                            the page (static/: index.html, app.js, style.css and the
+                                      vendored CodeMirror editor; nothing from a CDN)
+    GET  /api/exercises               chapters and their exercises, each with its status
     GET  /api/exercises/<id>          statement (HTML), the learner's saved code or the starter
+    GET  /api/exercises/<id>/submissions   earlier submissions, newest first (no source)
+    GET  /api/submissions/<n>         one submission with its source, to reopen it
     POST /api/exercises/<id>/run      {"code": "..."} -> verdicts; saves the code to the workspace
+                                      and records the submission (progress.py)
+
+An exercise's old id (an alias, 202 for 1901) answers as the exercise itself.
 
 Requests are validated: the Host header must name this server (no DNS rebinding), POST bodies must
 be JSON (application/json, which a foreign page cannot send without a CORS preflight that we never
@@ -23,16 +29,28 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import progress
-from .exercises import Exercise, by_chapter, find_exercise
+from .exercises import Exercise, by_chapter, chapter_titles, find_exercise
 from .report import exercise_json, sandbox_line
 from .runner import VERDICTS, judge, stop_all
 
 STATIC = Path(__file__).resolve().parent / "static"
-STATIC_FILES = {
-    "/": ("index.html", "text/html; charset=utf-8"),
-    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
-}
+CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+
+def _static_files() -> dict[str, tuple[str, str]]:
+    """URL path -> (file under static/, content type), fixed when the server starts: the page
+    serves exactly these files, so no URL can name anything else."""
+    files = {"/": ("index.html", "text/html; charset=utf-8")}
+    for file in sorted(STATIC.rglob("*")):
+        rel = file.relative_to(STATIC).as_posix()
+        if file.is_file() and file.suffix in CONTENT_TYPES:
+            files[f"/static/{rel}"] = (rel, CONTENT_TYPES[file.suffix])
+        elif file.is_file() and file.name == "LICENSE":
+            files[f"/static/{rel}"] = (rel, "text/plain; charset=utf-8")
+    return files
+
+
+STATIC_FILES = _static_files()
 MAX_BODY = 256 * 1024
 MAX_CODE = 128 * 1024
 _judge_lock = threading.Lock()
@@ -98,13 +116,27 @@ class Handler(BaseHTTPRequestHandler):
             name, content_type = STATIC_FILES[path]
             return self._send(HTTPStatus.OK, (STATIC / name).read_bytes(), content_type)
         if path == "/api/exercises":
-            passed = progress.passed_ids()
+            statuses, titles = progress.statuses(), chapter_titles()
             chapters = [
-                {"chapter": ch, "exercises": [{**exercise_json(e), "passed": e.id in passed}
-                                              for e in exs]}
+                {"chapter": ch, "title": titles.get(ch, ""),
+                 "exercises": [{**exercise_json(e), **_status_json(statuses.get(e.id))}
+                               for e in exs]}
                 for ch, exs in by_chapter().items()
             ]
             return self._json(HTTPStatus.OK, {"chapters": chapters, "verdicts": VERDICTS})
+        match = re.fullmatch(r"/api/exercises/([^/]+)/submissions", path)
+        if match:
+            ex = self._exercise(match.group(1))
+            if ex is None:
+                return self._error(HTTPStatus.NOT_FOUND, "no such exercise")
+            return self._json(HTTPStatus.OK, {
+                "submissions": [s.to_json() for s in progress.submissions(ex.id)]})
+        match = re.fullmatch(r"/api/submissions/(\d{1,12})", path)
+        if match:
+            found = progress.submission(int(match.group(1)))
+            if found is None:
+                return self._error(HTTPStatus.NOT_FOUND, "no such submission")
+            return self._json(HTTPStatus.OK, {**found.to_json(), "source": found.source})
         match = re.fullmatch(r"/api/exercises/([^/]+)", path)
         if match:
             ex = self._exercise(match.group(1))
@@ -159,6 +191,13 @@ class Handler(BaseHTTPRequestHandler):
         data["sandbox_line"] = sandbox_line(result)
         data["ever_passed"] = ex.id in progress.passed_ids()
         return self._json(HTTPStatus.OK, data)
+
+
+def _status_json(status: progress.ExerciseStatus | None) -> dict:
+    if status is None:
+        return {"passed": False, "attempts": 0, "best": "", "last_at": ""}
+    return {"passed": status.passed, "attempts": status.attempts, "best": status.best,
+            "last_at": status.last_at}
 
 
 def make_server(port: int = 0, verbose: bool = True) -> ThreadingHTTPServer:

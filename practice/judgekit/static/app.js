@@ -1,4 +1,6 @@
-// The practice page: exercise list, statement, editor, run and verdicts. No dependencies.
+// The practice page: a landing page of chapters and exercises with their status, and for one
+// exercise its statement beside a CodeMirror editor, the verdicts and the earlier submissions.
+// CodeMirror 5 is vendored under static/vendor/codemirror (see its README.md): no CDN.
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
@@ -6,9 +8,49 @@ const DETAIL_TITLES = [
   ["input", "输入"], ["expected", "期望输出"], ["actual", "实际输出"],
   ["traceback", "错误信息"], ["stdout", "程序输出（stdout）"], ["stderr", "程序输出（stderr）"],
 ];
+const ORIGINS = {cli: "终端", web: "网页"};
 let current = null;
 let verdictNames = {};
 
+// ---- the editor ---------------------------------------------------------------------------------
+function words(text) {
+  const set = {};
+  for (const word of text.split(" ")) set[word] = true;
+  return set;
+}
+
+// CUDA C++: C++ plus the qualifiers, built-in variables and vector types a kernel uses.
+const cpp = CodeMirror.resolveMode("text/x-c++src");
+const CUDA_TYPES = words("dim3 half half2 __half __half2 __nv_bfloat16 __nv_bfloat162 " +
+  "int2 int4 uint2 uint4 float2 float4 double2 cudaStream_t cudaError_t");
+CodeMirror.defineMIME("text/x-cuda", Object.assign({}, cpp, {
+  keywords: Object.assign({}, cpp.keywords, words(
+    "__global__ __device__ __host__ __shared__ __constant__ __restrict__ __forceinline__ " +
+    "__launch_bounds__")),
+  builtin: Object.assign({}, cpp.builtin, words(
+    "threadIdx blockIdx blockDim gridDim warpSize __syncthreads __syncwarp __shfl_sync " +
+    "__shfl_down_sync __shfl_xor_sync __ballot_sync __any_sync __all_sync atomicAdd")),
+  types: (name) => CUDA_TYPES.propertyIsEnumerable(name) || cpp.types(name),
+}));
+
+const editor = CodeMirror($("#editor"), {
+  lineNumbers: true,
+  indentUnit: 4,
+  tabSize: 4,
+  indentWithTabs: false,
+  matchBrackets: true,
+  lineWrapping: false, // long lines scroll sideways instead of being cut off or folded
+  viewportMargin: Infinity,
+  extraKeys: {
+    Tab: (cm) => cm.somethingSelected() ? cm.indentSelection("add") : cm.replaceSelection("    "),
+    "Shift-Tab": (cm) => cm.indentSelection("subtract"),
+    "Ctrl-Enter": () => run(),
+    "Cmd-Enter": () => run(),
+  },
+});
+window.minisglEditor = editor; // for the browser test
+
+// ---- small helpers ------------------------------------------------------------------------------
 function element(tag, text, className) {
   const node = document.createElement(tag);
   if (text !== undefined) node.textContent = text;
@@ -16,47 +58,85 @@ function element(tag, text, className) {
   return node;
 }
 
+async function getJson(url) {
+  const response = await fetch(url);
+  return {ok: response.ok, data: await response.json()};
+}
+
+function statusText(ex) {
+  if (ex.passed) return "✓ 已通过";
+  if (ex.attempts) return `✗ 做过 ${ex.attempts} 次，最好 ${ex.best}`;
+  return "未做";
+}
+
+function statusClass(ex) {
+  return ex.passed ? "done" : ex.attempts ? "tried" : "todo";
+}
+
+// ---- the landing page ---------------------------------------------------------------------------
 async function loadList() {
-  const response = await fetch("/api/exercises");
-  const data = await response.json();
+  const {data} = await getJson("/api/exercises");
   verdictNames = data.verdicts;
-  const nav = $("#exercise-list");
-  nav.replaceChildren();
+  const list = $("#exercise-list");
+  list.replaceChildren();
+  let passed = 0, total = 0;
   for (const chapter of data.chapters) {
-    nav.append(element("h2", `第 ${chapter.chapter} 章`));
-    const list = element("ul");
+    const card = element("section", undefined, "chapter");
+    const done = chapter.exercises.filter((ex) => ex.passed).length;
+    const heading = element("h2", `第 ${chapter.chapter} 章 ${chapter.title}`);
+    heading.append(element("span", `${done}/${chapter.exercises.length}`, "count"));
+    card.append(heading);
+    const items = element("ul");
     for (const ex of chapter.exercises) {
       const link = element("a");
       link.href = `#${ex.id}`;
       link.dataset.id = ex.id;
-      link.append(element("span", ex.label));
-      link.append(element("span", ex.passed ? "✓" : "", "check"));
-      if (current && current.id === ex.id) link.classList.add("active");
+      link.append(element("span", ex.label, "label"));
+      link.append(element("span", ex.language === "cuda" ? "CUDA" : "Python", "language"));
+      link.append(element("span", statusText(ex), `status ${statusClass(ex)}`));
       const item = element("li");
       item.append(link);
-      list.append(item);
+      items.append(item);
     }
-    nav.append(list);
+    card.append(items);
+    list.append(card);
+    passed += done;
+    total += chapter.exercises.length;
   }
+  $("#overall").textContent = `已通过 ${passed}/${total} 道`;
 }
 
+function showLanding() {
+  current = null;
+  $("#exercise-view").hidden = true;
+  $("#landing").hidden = false;
+  document.title = "minisgl 练习题";
+}
+
+// ---- one exercise -------------------------------------------------------------------------------
 async function openExercise(id) {
-  const response = await fetch(`/api/exercises/${encodeURIComponent(id)}`);
-  if (!response.ok) {
+  const {ok, data} = await getJson(`/api/exercises/${encodeURIComponent(id)}`);
+  $("#landing").hidden = true;
+  $("#exercise-view").hidden = false;
+  if (!ok) {
+    current = null;
     $("#statement").textContent = "没有这道题。";
     $("#workbench").hidden = true;
     return;
   }
-  current = await response.json();
+  current = data;
+  if (String(current.id) !== id) history.replaceState(null, "", `#${current.id}`); // an old id
+  document.title = `${current.label} · minisgl 练习题`;
   $("#statement").innerHTML = current.statement_html; // rendered by the server from our own files
-  $("#code").value = current.code;
   $("#file-name").textContent = current.file;
   $("#workbench").hidden = false;
   $("#result").hidden = true;
   $("#status").textContent = "";
-  for (const link of document.querySelectorAll("#exercise-list a")) {
-    link.classList.toggle("active", link.dataset.id === String(current.id));
-  }
+  editor.setOption("mode", current.language === "cuda" ? "text/x-cuda" : "python");
+  editor.setValue(current.code);
+  editor.clearHistory();
+  editor.refresh();
+  await loadSubmissions();
 }
 
 function renderResult(result) {
@@ -93,6 +173,39 @@ function renderResult(result) {
   $("#result").hidden = false;
 }
 
+async function loadSubmissions() {
+  const {data} = await getJson(`/api/exercises/${current.id}/submissions`);
+  const body = $("#submissions tbody");
+  body.replaceChildren();
+  $("#history-empty").hidden = data.submissions.length > 0;
+  $("#submissions").hidden = data.submissions.length === 0;
+  for (const s of data.submissions) {
+    const row = element("tr");
+    row.dataset.id = s.id;
+    row.append(element("td", String(s.id)));
+    row.append(element("td", s.submitted_at.replace("T", " ")));
+    row.append(element("td", ORIGINS[s.origin] || s.origin));
+    row.append(element("td", `${s.passed}/${s.total}`, s.ok ? "ok" : "bad"));
+    const verdicts = element("td", undefined, "verdicts");
+    for (const v of s.verdicts) verdicts.append(element("span", v, `verdict ${v}`));
+    row.append(verdicts);
+    const open = element("button", "打开", "secondary small");
+    open.type = "button";
+    open.addEventListener("click", () => reopen(s.id));
+    const cell = element("td");
+    cell.append(open);
+    row.append(cell);
+    body.append(row);
+  }
+}
+
+async function reopen(submissionId) {
+  const {ok, data} = await getJson(`/api/submissions/${submissionId}`);
+  if (!ok || !current || data.exercise !== current.id) return;
+  editor.setValue(data.source);
+  $("#status").textContent = `已打开第 ${data.id} 次提交（${data.submitted_at.replace("T", " ")}，${data.passed}/${data.total}）`;
+}
+
 async function run() {
   if (!current) return;
   const button = $("#run");
@@ -102,7 +215,7 @@ async function run() {
     const response = await fetch(`/api/exercises/${current.id}/run`, {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({code: $("#code").value}),
+      body: JSON.stringify({code: editor.getValue()}),
     });
     const data = await response.json();
     if (!response.ok) {
@@ -111,7 +224,7 @@ async function run() {
     }
     renderResult(data);
     $("#status").textContent = data.ok ? "全部通过 ✓" : "";
-    await loadList();
+    await Promise.all([loadSubmissions(), loadList()]);
   } catch (err) {
     $("#status").textContent = `请求失败：${err}`;
   } finally {
@@ -119,22 +232,19 @@ async function run() {
   }
 }
 
+// ---- wiring -------------------------------------------------------------------------------------
 $("#run").addEventListener("click", run);
 $("#reset").addEventListener("click", () => {
-  if (current && confirm("用初始代码覆盖编辑器里的内容？")) $("#code").value = current.starter;
+  if (current && confirm("用初始代码覆盖编辑器里的内容？")) editor.setValue(current.starter);
 });
-$("#code").addEventListener("keydown", (event) => {
-  const area = event.target;
-  if (event.key === "Tab" && !event.shiftKey) {
-    event.preventDefault();
-    area.setRangeText("    ", area.selectionStart, area.selectionEnd, "end");
-  } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-    event.preventDefault();
-    run();
-  }
-});
-window.addEventListener("hashchange", () => openExercise(location.hash.slice(1)));
 
-loadList().then(() => {
-  if (location.hash.length > 1) openExercise(location.hash.slice(1));
+function route() {
+  const id = location.hash.slice(1);
+  return id ? openExercise(id) : showLanding();
+}
+
+window.addEventListener("hashchange", () => {
+  route();
+  loadList();
 });
+loadList().then(route).then(() => document.body.classList.add("ready"));
