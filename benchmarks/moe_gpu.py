@@ -104,18 +104,18 @@ def hf_views(state: dict[str, torch.Tensor], mc: ModelConfig) -> dict[str, torch
     return out
 
 
-def hf_sharing(state: dict[str, torch.Tensor], folder, mc: ModelConfig):
+def hf_sharing(state: dict[str, torch.Tensor], folder, mc: ModelConfig, device: str = "cuda"):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
-        hf = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        hf = AutoModelForCausalLM.from_config(config, dtype=state["lm_head.weight"].dtype)
     hf.load_state_dict(hf_views(state, mc), strict=True, assign=True)
-    with torch.device("cuda"):  # the RoPE table is a buffer, not a weight: build it for real
+    with torch.device(device):  # the RoPE table is a buffer, not a weight: build it for real
         hf.model.rotary_emb = type(hf.model.rotary_emb)(config=hf.config)
     hf.eval()
-    left = [n for n, p in [*hf.named_parameters(), *hf.named_buffers()] if p.device.type != "cuda"]
-    assert not left, f"HF tensors not on the GPU: {left[:5]}"
+    left = [n for n, p in [*hf.named_parameters(), *hf.named_buffers()] if p.device.type != device]
+    assert not left, f"HF tensors not on {device}: {left[:5]}"
     return hf
 
 
