@@ -34,6 +34,11 @@ class EnvSettings:
     log_level: str  # MINISGL_LOG_LEVEL: DEBUG, INFO, WARNING, ERROR
     offline: bool  # MINISGL_OFFLINE or HF_HUB_OFFLINE: never try the Hugging Face hub
     disable_cuda_ext: bool  # MINISGL_DISABLE_CUDA_EXT: always use the torch kernels
+    # >>> ch16
+    # MINISGL_DISABLE_OVERLAP_SCHEDULING (the official name): read each step's tokens before
+    # launching the next one (chapter 16)
+    disable_overlap_scheduling: bool
+    # <<< ch16
     # >>> ch14
     shell_max_tokens: int  # MINISGL_SHELL_MAX_TOKENS: longest answer in `--shell`
     shell_temperature: float  # MINISGL_SHELL_TEMPERATURE: 0 is greedy (the same answer each time)
@@ -54,6 +59,9 @@ def load_env() -> EnvSettings:
         log_level=level,
         offline=_flag("MINISGL_OFFLINE", False) or _flag("HF_HUB_OFFLINE", False),
         disable_cuda_ext=_flag("MINISGL_DISABLE_CUDA_EXT", False),
+        # >>> ch16
+        disable_overlap_scheduling=_flag("MINISGL_DISABLE_OVERLAP_SCHEDULING", False),
+        # <<< ch16
         # >>> ch14
         shell_max_tokens=int(os.environ.get("MINISGL_SHELL_MAX_TOKENS", "512")),
         shell_temperature=float(os.environ.get("MINISGL_SHELL_TEMPERATURE", "0")),

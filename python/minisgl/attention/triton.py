@@ -15,6 +15,7 @@ import torch
 
 from minisgl.core import Batch
 from minisgl.kvcache.mha_pool import MHAKVCache
+from minisgl.utils.transfer import copy_to_device, to_device
 
 from .base import BaseAttnBackend
 
@@ -49,7 +50,7 @@ class TritonBackend(BaseAttnBackend):
         device = self.page_table.device
 
         def int32(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.int32, device=device)
+            return to_device(values, torch.int32, device)  # queued, never waited for
 
         table_idx = int32([r.table_idx for r in batch.reqs])
         kv_lens = int32([r.seq_len for r in batch.reqs])
@@ -83,10 +84,10 @@ class TritonBackend(BaseAttnBackend):
 
     def prepare_for_replay(self, batch: Batch, padded_size: int) -> None:
         n = batch.size
-        self.graph_table_idx[:n].copy_(torch.tensor([r.table_idx for r in batch.reqs],
-                                                    dtype=torch.int32))
-        self.graph_kv_lens[:n].copy_(torch.tensor([r.seq_len for r in batch.reqs],
-                                                  dtype=torch.int32))
+        # Queued copies from pinned memory: a plain copy from a Python list would make the CPU
+        # wait for the step in flight (overlap scheduling, chapter 16).
+        copy_to_device(self.graph_table_idx[:n], [r.table_idx for r in batch.reqs])
+        copy_to_device(self.graph_kv_lens[:n], [r.seq_len for r in batch.reqs])
         # Padding rows attend over nothing (and their page-table rows are never read); a length
         # left by an earlier, larger batch would make them attend over its keys for no use.
         self.graph_kv_lens[n:padded_size].zero_()

@@ -1,10 +1,24 @@
 """The engine: the model, its paged KV pool, the attention backend and the sampler, together.
 
 It knows nothing about requests arriving or finishing; the scheduler (chapter 8) decides what runs.
-Given a prepared Batch it runs one forward pass and returns each request's next token.
+Given a prepared Batch it runs one forward pass and samples each request's next token.
+
+Since chapter 16 nothing in a step waits for the GPU: the sampled tokens stay on the device, in a
+buffer with one entry per page-table row (`next_tokens`) from which the next decode step takes its
+inputs, and reach the host through a copy that is queued behind the step, with an event that says
+when it has landed (`ForwardOutput`). The scheduler reads them one step later (overlap scheduling).
+
+Everything the engine and the scheduler queue goes to one CUDA stream, in the order the host
+issues it, and that order is what keeps memory safe: a page, a page-table row or a token-buffer
+entry that the host hands to a new request is only written by work queued after every step that
+still used it. (The official engine runs the forward pass on a second stream so that the input
+copies of step N+1 can run beside step N; here the copies are a few kilobytes queued behind it.)
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -14,16 +28,32 @@ from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
 from minisgl.utils import init_logger
+from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
+from .device_sample import DeviceSampler
 
 # >>> ch15
 from .graph import GraphRunner, cuda_graph_sizes
 
 # <<< ch15
-from .sample import Sampler
 
 logger = init_logger(__name__)
+
+
+@dataclass
+class ForwardOutput:
+    """One step's sampled tokens: on the device now, on the host once `copied` has fired."""
+
+    tokens: torch.Tensor  # [B] int64 on the device
+    tokens_host: torch.Tensor  # [B] int64 on the host (pinned), filled by a queued copy
+    copied: torch.cuda.Event | None  # None on a CPU, where the copy is already done
+
+    def tolist(self) -> list[int]:
+        """Wait for this step's tokens (only for this step: later queued work keeps running)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.tokens_host.tolist()
 
 
 class Engine:
@@ -55,7 +85,11 @@ class Engine:
                                                 self.page_table, mc.num_qo_heads, mc.num_kv_heads)
         self.ctx = Context(attn_backend=self.attn_backend)
         set_global_ctx(self.ctx)
-        self.sampler = Sampler(self.device, seed=config.seed)
+        self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=config.seed)
+        # next_tokens[row] = the token last sampled for the request in that page-table row: the
+        # input of its next decode step, which therefore never waits for the host to know it.
+        self.next_tokens = torch.zeros(config.max_running_reqs, dtype=torch.int64,
+                                       device=self.device)
         logger.info("engine ready: %s, %d KV pages x %d tokens (%.1f MiB)", mc.architecture,
                     self.num_pages, self.page_size,
                     self.num_pages * self.page_size * self._kv_bytes_per_token() / 2**20)
@@ -84,19 +118,44 @@ class Engine:
         return pages
 
     @torch.inference_mode()
-    def forward_batch(self, batch: Batch) -> torch.Tensor:
-        """Run the model on the batch's new tokens; sample one token per request ([B], int64)."""
+    def forward_batch(self, batch: Batch) -> ForwardOutput:
+        """Run the model on the batch's new tokens and sample one token per request.
+
+        The tokens go into next_tokens (at each request's page-table row) and start their way to
+        the host; nothing here waits for the GPU."""
         set_global_ctx(self.ctx)  # the attention layers find this engine's batch through it
-        params = [r.sampling_params for r in batch.reqs]
+        rows_host = torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64)
+        rows = to_device(rows_host, torch.int64, self.device)
+        last = self._last_token_indices(batch)
+        logits = self._logits(batch, last)
+        # The position each new token will have: one past the last token computed for its request.
+        new_positions = batch.positions[last] + 1
+        tokens = self.sampler.sample(logits, rows_host, rows, new_positions)
+        self.next_tokens[rows] = tokens
+        if self.device.type != "cuda":
+            return ForwardOutput(tokens, tokens, None)
+        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+        host.copy_(tokens, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return ForwardOutput(tokens, host, copied)
+
+    def _logits(self, batch: Batch, last: torch.Tensor) -> torch.Tensor:
         # >>> ch15
         if self.graph_runner.can_run(batch):  # a decode batch small enough for a CUDA graph
-            return self.sampler.sample(self.graph_runner.replay(batch), params)
+            return self.graph_runner.replay(batch)
         # <<< ch15
         self.attn_backend.prepare_metadata(batch)
-        last = torch.tensor([r.extend_len for r in batch.reqs], device=self.device).cumsum(0) - 1
         with self.ctx.forward_batch(batch):
-            logits = self.model.forward(batch.input_ids, batch.positions, output_indices=last)
-        return self.sampler.sample(logits, params)
+            return self.model.forward(batch.input_ids, batch.positions,
+                                      output_indices=last)
+
+    def _last_token_indices(self, batch: Batch) -> torch.Tensor:
+        """Where each request's last new token sits in the batch's flat token list."""
+        if not batch.is_prefill:
+            return torch.arange(batch.size, device=self.device)  # one token per request
+        ends = list(accumulate(r.extend_len for r in batch.reqs))
+        return to_device([e - 1 for e in ends], torch.int64, self.device)
 
     def shutdown(self) -> None:
         set_global_ctx(None)

@@ -14,6 +14,10 @@ import torch
 from minisgl.core import Req
 from minisgl.kvcache import BasePrefixCache
 from minisgl.utils import cdiv
+# >>> ch16
+from minisgl.utils.transfer import copy_to_device
+
+# <<< ch16
 
 
 class CacheManager:
@@ -22,6 +26,15 @@ class CacheManager:
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_table = page_table
+        # >>> before ch16
+        # self.host_table = page_table  # what the scheduler reads
+        # <<< before ch16
+        # >>> ch16
+        # The scheduler reads a copy of the page table kept on the host: reading the device table
+        # would make the CPU wait for the step in flight (chapter 16). Writes go to both.
+        self.host_table = page_table if page_table.device.type == "cpu" else \
+            torch.zeros_like(page_table, device="cpu")
+        # <<< ch16
         self.prefix_cache = prefix_cache
         self._free_pages = list(range(num_pages - 1, -1, -1))
 
@@ -52,7 +65,7 @@ class CacheManager:
         self.prefix_cache.lock(result.handle)
         req.cache_handle = result.handle
         req.shared_len = req.cached_len = req.alloc_len = req.cached_tokens = result.length
-        self.page_table[req.table_idx, : result.length] = result.slots.to(self.page_table)
+        self._set_slots(req.table_idx, 0, result.slots)
 
     def unmatch(self, req: Req) -> None:
         """Undo `match` for a request that could not start after all."""
@@ -69,17 +82,25 @@ class CacheManager:
             return False
         offsets = torch.arange(self.page_size)
         slots = (torch.tensor(pages)[:, None] * self.page_size + offsets).flatten()
-        end = req.alloc_len + len(slots)
-        self.page_table[req.table_idx, req.alloc_len : end] = slots.to(self.page_table)
-        req.alloc_len = end
+        self._set_slots(req.table_idx, req.alloc_len, slots)
+        req.alloc_len += len(slots)
         return True
+
+    def _set_slots(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """page_table[row, start : start + len(slots)] = slots."""
+        self.host_table[row, start : start + len(slots)] = slots
+        # >>> ch16
+        if self.host_table is not self.page_table:
+            copy_to_device(self.page_table[row, start : start + len(slots)],
+                           self.host_table[row, start : start + len(slots)])
+        # <<< ch16
 
     def release(self, req: Req, finished: bool) -> None:
         """Offer the request's computed prefix to the prefix cache; free what no one keeps.
 
         finished=False (after a prefill): the request keeps running on the cached copy.
         """
-        row = self.page_table[req.table_idx]
+        row = self.host_table[req.table_idx]
         aligned = req.cached_len // self.page_size * self.page_size
         slots = row[: req.alloc_len].long()
         inserted = self.prefix_cache.insert(req.input_ids[:aligned], slots[:aligned])
@@ -95,7 +116,7 @@ class CacheManager:
         result = self.prefix_cache.match_prefix(req.input_ids[:aligned])
         self.prefix_cache.lock(result.handle)
         req.cache_handle = result.handle
-        row[: result.length] = result.slots.to(row)
+        self._set_slots(req.table_idx, 0, result.slots)
         req.shared_len = result.length
 
     def _take_pages(self, n: int) -> list[int] | None:

@@ -1,9 +1,22 @@
 """The scheduler loop: choose a batch, run it, hand back one token per request.
 
-Each `step()` runs one forward pass: a prefill batch when waiting requests can start (prefill
+Each `step()` launches one forward pass: a prefill batch when waiting requests can start (prefill
 first keeps time-to-first-token low), otherwise a decode step over every running request. New
 requests can be added between any two steps and join the running set as soon as their prefill is
-done (continuous batching).
+launched (continuous batching).
+
+Overlap scheduling (chapter 16). Reading a step's tokens on the host waits for the GPU, and while
+the host then does its bookkeeping and builds the next batch the GPU would idle. So `step()`
+launches step N first and only then reads and processes the tokens of step N-1, which the GPU
+finished while step N was being built; the GPU always has the next step queued. This works
+because the host knows everything about step N but the token values of step N-1: how long each
+request is (a placeholder stands for each token not read yet), which finish by length, and where
+step N's inputs are (on the device: `engine.next_tokens`). What it learns one step late is which
+requests sampled an end-of-sequence token: they already run in step N, whose extra token for them
+is dropped, and their memory is freed only when step N's tokens come back. Whatever would free
+memory that the step in flight may still use (abort, retraction) first waits for that step and
+processes it (`_drain`). MINISGL_DISABLE_OVERLAP_SCHEDULING=1 processes each step right after
+launching it: the same code, one step at a time.
 """
 
 from __future__ import annotations
@@ -14,9 +27,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from minisgl.core import MIN_TEMPERATURE, Batch, Req, SamplingParams, TokenOutput
-from minisgl.engine.engine import Engine
+from minisgl.engine.engine import Engine, ForwardOutput
+from minisgl.env import load_env
 from minisgl.kvcache import create_prefix_cache
 from minisgl.utils import init_logger
+from minisgl.utils.transfer import to_device
 
 from .cache import CacheManager
 from .config import SchedulerConfig
@@ -25,6 +40,19 @@ from .prefill import PrefillManager
 from .table import TableManager
 
 logger = init_logger(__name__)
+
+NOT_READ = -1  # stands in input_ids for a token that is sampled but not read back yet
+
+
+@dataclass
+class LaunchedStep:
+    """A step queued on the device whose tokens the host has not read yet."""
+
+    batch: Batch
+    output: ForwardOutput
+    # Per request, the index in its input_ids that the new token fills; -1 for a chunk of a
+    # prompt that is not complete yet (its sampled token means nothing).
+    token_index: list[int]
 
 
 @dataclass
@@ -54,14 +82,19 @@ class Scheduler:
                                   self.engine.page_table, prefix_cache)
         self.prefill = PrefillManager(self.cache, self.table)
         self.decode = DecodeManager(self.cache)
-        self._early_outputs: list[TokenOutput] = []
+        self.overlap = not load_env().disable_overlap_scheduling
+        self._in_flight: LaunchedStep | None = None
+        # Requests that finished while the step in flight still computes them: their memory is
+        # freed when that step's tokens come back.
+        self._finished_in_flight: set[Req] = set()
+        self._ready: list[TokenOutput] = []  # outputs the next step() returns first
         self._next_uid = 0
         self._counts = SchedulerStats()  # only its counters are kept up to date
 
     @property
     def has_work(self) -> bool:
-        return self.prefill.runnable or self.decode.runnable or bool(self._early_outputs)
-
+        return (self.prefill.runnable or self.decode.runnable or bool(self._ready)
+                or self._in_flight is not None)
     def add_request(self, input_ids: list[int], params: SamplingParams,
                     uid: int | None = None) -> int:
         """Queue a request; a request that cannot run gets an error output from the next step.
@@ -73,7 +106,7 @@ class Scheduler:
         error = self._check_request(input_ids, params) or \
             self._check_fits(len(input_ids), max_tokens)
         if error is not None:
-            self._early_outputs.append(TokenOutput(uid=uid, finished=True, finish_reason="error",
+            self._ready.append(TokenOutput(uid=uid, finished=True, finish_reason="error",
                                                    error=error, prompt_tokens=len(input_ids)))
             return uid
         params = replace(params, max_tokens=max_tokens)
@@ -118,26 +151,35 @@ class Scheduler:
     def abort(self, uid: int) -> TokenOutput | None:
         """Drop a request wherever it is and free its memory; its last output (finish_reason
         "abort"), or None if it was not found (already finished, or never added)."""
+        if self._in_flight is not None and any(r.uid == uid for r in self._in_flight.batch.reqs):
+            self._drain()  # the step in flight writes its K/V: let it finish before freeing
         req = self.prefill.abort(uid) or self.decode.abort(uid)
         if req is None:
             return None
+        # A token the drain just read for it is not sent: the request ends with this abort.
+        self._ready = [out for out in self._ready if out.uid != uid]
         if req.table_idx >= 0:
             self._free(req)
         return TokenOutput(uid=uid, finished=True, finish_reason="abort",
                            prompt_tokens=req.prompt_len, cached_tokens=req.cached_tokens)
 
     def step(self) -> list[TokenOutput]:
-        outputs, self._early_outputs = self._early_outputs, []
-        batch = self._schedule()
-        if batch is None:
-            return outputs
-        self._prepare(batch)
-        if batch.is_prefill:
-            self._counts.prefill_batches += 1
+        """Launch the next step, then process the previous one (overlap) or this one."""
+        launched = self._launch(self._schedule())
+        if self.overlap:  # step N runs on the GPU while the host reads step N-1
+            done, self._in_flight = self._in_flight, launched
         else:
-            self._counts.decode_batches += 1
-        tokens = self.engine.forward_batch(batch).tolist()
-        return outputs + self._process(batch, tokens)
+            done = launched
+        if done is not None:
+            self._ready += self._process(done)
+        outputs, self._ready = self._ready, []
+        return outputs
+
+    def _drain(self) -> None:
+        """Wait for the step in flight and process it now."""
+        done, self._in_flight = self._in_flight, None
+        if done is not None:
+            self._ready += self._process(done)
 
     def _schedule(self) -> Batch | None:
         reserve = len(self.decode.running) * self.engine.page_size
@@ -147,9 +189,13 @@ class Scheduler:
         return self._schedule_decode()
 
     def _schedule_decode(self) -> Batch | None:
-        """Every running request gets a slot for its next token. When the pool runs short,
-        half-prefilled prompts give their pages back first, then the newest running request."""
+        """Every running request gets a slot for its next token. When the pool runs short, the
+        step in flight is processed first (finished requests give their pages back), then
+        half-prefilled prompts give their pages back, then the newest running request."""
         while self.decode.running and not self.decode.allocate_next_slots():
+            if self._in_flight is not None:
+                self._drain()
+                continue
             if self._free_waiting():
                 continue  # running requests go before chunked prompts
             if len(self.decode.running) == 1:
@@ -174,42 +220,93 @@ class Scheduler:
         req.cached_len = 0
         self.prefill.add(req, front=True)
 
-    def _prepare(self, batch: Batch) -> None:
-        device = self.engine.device
-        ids: list[int] = []
+    def _launch(self, batch: Batch | None) -> LaunchedStep | None:
+        """Queue the batch's forward pass and move each request's host view past it."""
+        if batch is None:
+            return None
+        self._prepare(batch)
+        if batch.is_prefill:
+            self._counts.prefill_batches += 1
+        else:
+            self._counts.decode_batches += 1
+        output = self.engine.forward_batch(batch)
+        token_index = []
         for req in batch.reqs:
-            ids += req.input_ids[req.cached_len : req.seq_len]
-        positions = torch.cat([torch.arange(r.cached_len, r.seq_len) for r in batch.reqs])
-        rows = torch.cat([torch.full((r.extend_len,), r.table_idx) for r in batch.reqs])
-        batch.input_ids = torch.tensor(ids, dtype=torch.int64, device=device)
-        batch.positions = positions.to(device)
-        batch.out_loc = self.engine.page_table[rows.to(device), batch.positions].long()
-
-    def _process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
-        outputs = []
-        for req, token in zip(batch.reqs, tokens):
             req.cached_len += req.extend_len
             req.extend_len = 0
             if req.cached_len < len(req.input_ids):
-                continue  # a chunk of a longer prompt: its sampled token means nothing yet
-            req.input_ids.append(token)
-            reason = self._finish_reason(req, token)
+                token_index.append(-1)  # a chunk of a longer prompt
+                continue
+            token_index.append(len(req.input_ids))
+            req.input_ids.append(NOT_READ)
+            done = len(req.output_ids) >= req.sampling_params.max_tokens
+            if batch.is_prefill and not done:
+                self.decode.add(req)  # its first decode step may be the very next one
+            elif not batch.is_prefill and done:
+                self.decode.remove(req)  # finished by length: known before its token is read
+        return LaunchedStep(batch, output, token_index)
+
+    def _prepare(self, batch: Batch) -> None:
+        """The batch's device tensors, queued without waiting (see utils/transfer.py)."""
+        device = self.engine.device
+        if batch.is_prefill:
+            ids: list[int] = []
+            positions: list[int] = []
+            token_rows: list[int] = []
+            for req in batch.reqs:
+                ids += req.input_ids[req.cached_len : req.seq_len]
+                positions += range(req.cached_len, req.seq_len)
+                token_rows += [req.table_idx] * req.extend_len
+            batch.input_ids = to_device(ids, torch.int64, device)
+            batch.positions = to_device(positions, torch.int64, device)
+            rows = to_device(token_rows, torch.int64, device)
+            self.engine.sampler.set_rows([r.table_idx for r in batch.reqs],
+                                         [r.sampling_params for r in batch.reqs],
+                                         [r.uid for r in batch.reqs])
+        else:
+            rows = to_device([r.table_idx for r in batch.reqs], torch.int64, device)
+            batch.positions = to_device([r.cached_len for r in batch.reqs], torch.int64, device)
+            # The last token of each request, sampled by an earlier step: read on the device,
+            # so this step can be queued before the host has seen it.
+            batch.input_ids = self.engine.next_tokens[rows]
+        batch.out_loc = self.engine.page_table[rows, batch.positions].long()
+
+    def _process(self, done: LaunchedStep) -> list[TokenOutput]:
+        """Read a step's tokens (waiting for that step only), emit them, retire finished ones."""
+        tokens = done.output.tolist()
+        stale, self._finished_in_flight = self._finished_in_flight, set()
+        outputs = []
+        for req, token, at in zip(done.batch.reqs, tokens, done.token_index):
+            if at < 0 or req in stale:
+                continue  # a prompt chunk, or an extra token after the request finished
+            req.input_ids[at] = token
+            reason = self._finish_reason(req, token, at)
             outputs.append(TokenOutput(uid=req.uid, token=token, finished=reason is not None,
                                        finish_reason=reason, prompt_tokens=req.prompt_len,
                                        cached_tokens=req.cached_tokens))
             if reason is not None:
-                if not batch.is_prefill:
-                    self.decode.remove(req)
-                self._free(req)
-            elif batch.is_prefill:
+                self._retire(req, at)
+            elif done.batch.is_prefill:
                 self.cache.release(req, finished=False)  # share the prompt with later requests
-                self.decode.add(req)
+        for req in stale:
+            self._free(req)
         return outputs
 
-    def _finish_reason(self, req: Req, token: int) -> str | None:
+    def _retire(self, req: Req, at: int) -> None:
+        """A request whose token at index `at` ended it: drop what a later step sampled for it,
+        and free its memory now, or once the step in flight that still computes it is back."""
+        del req.input_ids[at + 1 :]
+        if req in self.decode.running:
+            self.decode.remove(req)
+        if self._in_flight is not None and req in self._in_flight.batch.reqs:
+            self._finished_in_flight.add(req)
+        else:
+            self._free(req)
+
+    def _finish_reason(self, req: Req, token: int, at: int) -> str | None:
         if token in self.eos_token_ids and not req.sampling_params.ignore_eos:
             return "stop"
-        if len(req.output_ids) >= req.sampling_params.max_tokens:
+        if at + 1 - req.prompt_len >= req.sampling_params.max_tokens:
             return "length"
         return None
 
@@ -219,8 +316,13 @@ class Scheduler:
         req.table_idx = -1
 
     def check_integrity(self) -> None:
-        self.cache.check_integrity(self.decode.running + [r for r in self.prefill.waiting
-                                                          if r.table_idx >= 0])
+        """Every page is free, cached, or held by one live request; requests that finished by
+        length in the step in flight hold theirs until it is read."""
+        live = [*self.decode.running, *self.prefill.waiting]
+        if self._in_flight is not None:
+            live += self._in_flight.batch.reqs
+        holding = {id(r): r for r in live if r.table_idx >= 0}
+        self.cache.check_integrity(list(holding.values()))
 
     def stats(self) -> SchedulerStats:
         return replace(self._counts, **self.cache.page_counts(),
@@ -229,9 +331,11 @@ class Scheduler:
 
     def flush_cache(self) -> None:
         """Drop every cached prefix (only when no request is running); pages return to free."""
+        self._drain()
         if self.decode.running or any(r.table_idx >= 0 for r in self.prefill.waiting):
             raise RuntimeError("cannot flush the prefix cache while requests hold pages")
         self.cache.flush()
 
     def shutdown(self) -> None:
+        self._drain()
         self.engine.shutdown()

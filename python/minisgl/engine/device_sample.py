@@ -1,0 +1,124 @@
+"""Sampling a whole batch on the device, each request's parameters kept in device rows (chapter 16).
+
+The sampler of chapter 4 builds temperature, top-k and top-p tensors from Python lists at every
+step and draws with torch.multinomial. Here they are written once, when a request is prefilled,
+into device tensors indexed by the request's page-table row, and each step gathers the rows of its
+batch: no per-request Python and no host round trip, so the step can be queued while the previous
+one still runs (overlap scheduling).
+
+Random numbers are counter-based: the uniform number that picks a request's token at sequence
+position p is a hash of (the request's seed, p), computed with integer tensor ops. The same seed
+therefore gives the same tokens whichever batch, row or step the request lands in. The token is
+drawn by inverse CDF: the first token whose cumulative probability exceeds that number. One number
+per row is enough, where Gumbel-max would need one per vocabulary entry.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from minisgl.core import SamplingParams
+from minisgl.utils.transfer import to_device
+
+from .sample import top_k_top_p_filter
+
+MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xorshift-multiply rounds) of int64 values in [0, 2**32).
+
+    Both multipliers are below 2**31, so no product leaves the int64 range."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & MASK32
+    return x ^ (x >> 16)
+
+
+def fold_seed(seed: int) -> int:
+    """Any Python int -> the 32-bit key the hash takes (all 64 low bits count)."""
+    seed &= (1 << 64) - 1
+    return (seed ^ (seed >> 32)) & MASK32
+
+
+def uniform_from(seed32: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """One fp32 number in [0, 1) per row from (seed, position); int64 tensors of the same shape."""
+    x = _mix32(_mix32(seed32) ^ (position & MASK32))
+    x = _mix32(x ^ 0x9E3779B9)
+    return (x >> 8).float() * (1.0 / (1 << 24))  # 24 bits: exactly representable, below 1
+
+
+def inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor
+                       ) -> torch.Tensor:
+    """The first token whose cumulative probability exceeds u * total, per row.
+
+    probs: [B, V] fp32 (rows need not sum to exactly 1), u: [B] in [0, 1), fallback: [B] a token
+    of non-zero probability. Rounding in a parallel cumsum can, very rarely, put the draw on a
+    token of probability zero (one that top-k/top-p removed); the fallback replaces it.
+    """
+    cdf = probs.cumsum(dim=-1)
+    x = u.unsqueeze(1) * cdf[:, -1:]
+    token = torch.searchsorted(cdf, x, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+    ok = probs.gather(1, token.unsqueeze(1)).squeeze(1) > 0
+    return torch.where(ok, token, fallback)
+
+
+class DeviceSampler:
+    """Per-row sampling parameters on the device, and the batched draw over them."""
+
+    def __init__(self, num_rows: int, device: torch.device, seed: int | None = None) -> None:
+        self.device = device
+        # A request without a seed gets one from (engine seed, uid): runs with the same engine
+        # seed repeat, and a retracted request keeps its random stream when it comes back.
+        self.engine_seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
+        self.temperature = torch.ones(num_rows, dtype=torch.float32, device=device)
+        self.top_k = torch.full((num_rows,), -1, dtype=torch.int64, device=device)
+        self.top_p = torch.ones(num_rows, dtype=torch.float32, device=device)
+        self.seed32 = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        self.greedy = torch.ones(num_rows, dtype=torch.bool, device=device)
+        # Host copies of two flags per row: a step decides which ops to queue from them, without
+        # reading anything back from the GPU.
+        self.greedy_host = torch.ones(num_rows, dtype=torch.bool)
+        self.filtered_host = torch.zeros(num_rows, dtype=torch.bool)
+
+    def set_rows(self, rows: list[int], params: list[SamplingParams], uids: list[int]) -> None:
+        """Write the parameters of the requests that own `rows` (called when they are prefilled,
+        so a row handed to a new request, or a retracted request's new row, is rewritten)."""
+        seeds = [p.seed if p.seed is not None else self._default_seed(uid)
+                 for p, uid in zip(params, uids)]
+        greedy = [p.is_greedy for p in params]
+        index = to_device(rows, torch.int64, self.device)
+        self.temperature[index] = to_device([p.temperature or 1.0 for p in params],
+                                            torch.float32, self.device)
+        self.top_k[index] = to_device([p.top_k for p in params], torch.int64, self.device)
+        self.top_p[index] = to_device([p.top_p for p in params], torch.float32, self.device)
+        self.seed32[index] = to_device([fold_seed(s) for s in seeds], torch.int64, self.device)
+        self.greedy[index] = to_device(greedy, torch.bool, self.device)
+        host_rows = torch.tensor(rows, dtype=torch.int64)
+        self.greedy_host[host_rows] = torch.tensor(greedy)
+        self.filtered_host[host_rows] = torch.tensor([p.top_k > 0 or p.top_p < 1
+                                                      for p in params])
+
+    def _default_seed(self, uid: int) -> int:
+        return (self.engine_seed * 0x9E3779B97F4A7C15 + uid) & ((1 << 64) - 1)
+
+    def sample(self, logits: torch.Tensor, rows_host: torch.Tensor, rows: torch.Tensor,
+               positions: torch.Tensor) -> torch.Tensor:
+        """Next tokens [B] (int64) for logits [B, V] of the requests in page-table rows `rows`
+        (rows_host: the same rows on the CPU); positions [B]: where each new token will sit in
+        its sequence, the counter of its random number."""
+        logits = logits.float()
+        greedy = logits.argmax(dim=-1)
+        if bool(self.greedy_host[rows_host].all()):
+            return greedy
+        # Penalties (presence, frequency, repetition) would adjust `logits` here, row by row,
+        # before the temperature; log-probabilities would be read from these logits too.
+        scaled = logits / self.temperature[rows].unsqueeze(1)
+        if bool(self.filtered_host[rows_host].any()):
+            scaled = top_k_top_p_filter(scaled, self.top_k[rows], self.top_p[rows])
+        u = uniform_from(self.seed32[rows], positions)
+        sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
+        return torch.where(self.greedy[rows], greedy, sampled)
