@@ -1,7 +1,9 @@
 """Chapter 20: the Triton paged-attention kernels on a random paged KV pool, checked against dense
 attention in plain torch (float64). Decode runs with one split and with several (flash-decoding),
 extend runs new tokens on top of cached prefixes. Without a GPU the kernels run under Triton's
-interpreter (small shapes); on a GPU the same checks run at a larger shape in bf16."""
+interpreter (small shapes); on a GPU the same checks run at a larger shape in bf16. Last, the fused
+small kernels of a decoder layer (add + RMSNorm, q/k RMSNorm + RoPE, SiLU-and-mul) against the
+layers' torch code, in fp32."""
 
 from __future__ import annotations
 
@@ -10,7 +12,17 @@ import time
 import torch
 
 # Imported before anything else that could import triton: without a GPU it sets TRITON_INTERPRET.
-from minisgl.kernel.triton import choose_num_splits, decode_attention, extend_attention
+from minisgl.kernel.triton import (
+    choose_num_splits,
+    decode_attention,
+    extend_attention,
+    fused_add_rms_norm,
+    qk_norm_rope,
+    silu_and_mul,
+)
+from minisgl.layers import RotaryEmbedding
+from minisgl.layers import silu_and_mul as torch_silu_and_mul
+from minisgl.layers.norm import rms_norm as torch_rms_norm
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
@@ -47,6 +59,34 @@ def dense(q, k_cache, v_cache, slots, q_positions) -> torch.Tensor:
     scores = torch.einsum("qhd,khd->hqk", q.double(), k) * HEAD_DIM ** -0.5
     visible = torch.arange(len(slots), device=q.device)[None, :] <= q_positions[:, None]
     return torch.einsum("hqk,khd->qhd", scores.masked_fill(~visible, float("-inf")).softmax(-1), v)
+
+
+def fused_small_kernels(gen: torch.Generator) -> None:
+    """The decoder layer's fused kernels against the layers' torch code (run on the CPU)."""
+    hidden, inter, tokens = 256, 384, 5
+    x, residual = torch.randn(tokens, hidden, generator=gen), torch.randn(tokens, hidden,
+                                                                          generator=gen)
+    weight = torch.randn(hidden, generator=gen)
+    out, total = fused_add_rms_norm(x.to(DEVICE), residual.to(DEVICE), weight.to(DEVICE), 1e-6)
+    expected = torch_rms_norm(x + residual, weight, 1e-6)
+    print(f"add + RMSNorm, one kernel: max |diff| vs torch {(out.cpu() - expected).abs().max():.2e}")
+    rotary = RotaryEmbedding(HEAD_DIM, 1024, 1e6)
+    qkv = torch.randn(tokens, (NUM_HEADS + 2 * NUM_KV_HEADS) * HEAD_DIM, generator=gen)
+    positions = torch.randperm(1024, generator=gen)[:tokens]
+    q_w, k_w = torch.randn(HEAD_DIM, generator=gen), torch.randn(HEAD_DIM, generator=gen)
+    q, k, _ = qkv.split([NUM_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM,
+                         NUM_KV_HEADS * HEAD_DIM], dim=-1)
+    q_ref = torch_rms_norm(q.reshape(tokens, NUM_HEADS, HEAD_DIM), q_w, 1e-6)
+    k_ref = torch_rms_norm(k.reshape(tokens, NUM_KV_HEADS, HEAD_DIM), k_w, 1e-6)
+    q_ref, k_ref = rotary.forward(positions, q_ref, k_ref)
+    q, k = qk_norm_rope(qkv.to(DEVICE), positions.to(DEVICE), rotary._cos.to(DEVICE),
+                        rotary._sin.to(DEVICE), NUM_HEADS, NUM_KV_HEADS, HEAD_DIM,
+                        q_w.to(DEVICE), k_w.to(DEVICE), 1e-6)
+    worst = max((q.cpu() - q_ref).abs().max(), (k.cpu() - k_ref).abs().max())
+    print(f"q/k RMSNorm + RoPE, one kernel for q and k: max |diff| vs torch {worst:.2e}")
+    gate_up = torch.randn(tokens, 2 * inter, generator=gen)
+    diff = (silu_and_mul(gate_up.to(DEVICE)).cpu() - torch_silu_and_mul(gate_up)).abs().max()
+    print(f"SiLU-and-mul, one kernel: max |diff| vs torch {diff:.2e}")
 
 
 def main() -> None:
@@ -88,6 +128,7 @@ def main() -> None:
         worst = max(worst, (out[rows].double() - expected).abs().max().item())
     print(f"extend, {sum(q_lens)} new tokens over prefixes {[c for c, _ in REQS]}: "
           f"max |diff| vs dense {worst:.2e}")
+    fused_small_kernels(gen)
     print(f"took {time.perf_counter() - began:.1f} s")
 
 
