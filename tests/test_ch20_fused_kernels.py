@@ -38,11 +38,13 @@ def randn(*shape: int, gen: torch.Generator, dtype=torch.float32, scale: float =
     return (torch.randn(*shape, generator=gen) * scale).to(dtype)
 
 
-def close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+def close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype,
+          atol: float | None = None) -> None:
     """fp32 within 1e-5; half precision within one rounding step of the output."""
     tol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}[dtype]
     assert got.dtype == expected.dtype and got.shape == expected.shape
-    torch.testing.assert_close(got.float().cpu(), expected.float().cpu(), rtol=tol, atol=tol)
+    torch.testing.assert_close(got.float().cpu(), expected.float().cpu(), rtol=tol,
+                               atol=tol if atol is None else atol)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,8 +286,10 @@ def test_bfloat16_kernels_on_gpu():
     expected = torch_qk_norm_rope(qkv, positions, rotary, 16, 8, 128, q_w, k_w, 1e-6)
     got = qk_norm_rope(qkv.cuda(), positions.cuda(), rotary._cos.cuda(), rotary._sin.cuda(), 16,
                        8, 128, q_w.cuda(), k_w.cuda(), 1e-6)
+    # RoPE's x1 * cos - x2 * sin can cancel: torch rounds both products to bf16 first, the
+    # kernel rounds once, so near zero they differ by up to a bf16 step of the products (|x| < 8)
     for g_, e in zip(got, expected):
-        close(g_, e, bf16)
+        close(g_, e, bf16, atol=2 ** -4)
 
 
 @pytest.mark.gpu
