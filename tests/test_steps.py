@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,13 +271,11 @@ def test_list_counts_and_exercises(tmp_path, capsys):
     (root / "docs" / "chapters").mkdir(parents=True)
     (root / "docs" / "chapters" / "ch01.md").write_text("# 1\n", encoding="utf-8")
     assert steps.main(["--root", str(root), "list"]) == 0
-    one, two = capsys.readouterr().out.splitlines()[:2]
-    assert one.split() == (
-        "ch01 new 3 mod 0 total 3 main yes tests 0/0 docs yes exercises 0 第1章".split()
-    )
-    assert two.split() == (
-        "ch02 new 3 mod 1 early 1 total 7 main yes tests 0/0 docs no exercises 2 第2章".split()
-    )
+    header, one, two = capsys.readouterr().out.splitlines()[:3]
+    assert header.split() == steps.LIST_COLUMNS
+    assert one.split() == "ch01 3 0 0 3 yes 0/0 yes 0 第1章".split()
+    assert two.split() == "ch02 3 1 1 7 yes 0/0 no 2 第2章".split()
+    assert header.index("title") == one.index("第1章") == two.index("第2章")  # columns line up
 
 
 def test_list_tolerates_no_practice_folder(tmp_path):
@@ -374,6 +373,50 @@ def test_check_hides_later_chapters(tmp_path):
     passed = run_steps("--root", str(root), "check", "2")
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "1/1 chapters passed" in passed.stdout
+
+
+def test_check_shows_progress_and_estimates_from_the_last_run(tmp_path):
+    root = isolation_repo(tmp_path)
+    env = {**os.environ, "MINISGL_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, str(STEPS), "--root", str(root), "check", "2"]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "== ch02 " in first.stdout and "[1/1 · 0s so far (2 steps never timed here before)]" \
+        in first.stdout
+    assert "   | " in first.stdout  # pytest's own output, shown as it runs
+    timings = json.loads((tmp_path / "cache" / "steps" / "timings.json").read_text())
+    assert set(timings[str(root.resolve())]) == {"ch02 main", "ch02 tests"}
+    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert re.search(r"== ch02 .*\[1/1 · \d+s so far, about \d+s left \(from the last run",
+                     second.stdout), second.stdout
+    assert re.search(r"main +examples/ch02.py \(took [\d.]+s last time\) \.\.\. ok", second.stdout)
+
+
+def test_timings_survive_a_broken_file_and_drop_vanished_repositories(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
+    path = steps.timings_path()
+    path.parent.mkdir(parents=True)
+    for broken in ("not json", "[1, 2]", '{"/x": 3}', '{"%s": {"a": "slow", "b": -1, "c": true}}'
+                   % tmp_path):
+        path.write_text(broken)
+        assert steps.load_timings(tmp_path) == {}
+    path.write_text(json.dumps({str(tmp_path / "gone"): {"ch01 main": 1.0}}))
+    steps.save_timing(tmp_path, "ch01 main", 2.04)
+    assert json.loads(path.read_text()) == {str(tmp_path): {"ch01 main": 2.0}}
+    progress = steps.Progress(tmp_path, ["ch01 main", "ch01 tests"], {"ch01 tests": 125.0})
+    assert progress.line().endswith("about 2m05s left (1 step never timed here before)")
+
+
+def test_check_names_the_setup_command_when_a_module_is_missing(tmp_path, monkeypatch, capsys):
+    root = isolation_repo(tmp_path)
+    monkeypatch.setattr(steps, "NEEDS", {"pytest": 1, "no_such_module_for_minisgl": 2})
+    assert steps.missing_modules([1]) == []  # needed from chapter 2 on
+    assert steps.missing_modules([1, 2]) == ["no_such_module_for_minisgl"]
+    assert steps.main(["--root", str(root), "check", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_module_for_minisgl" in err and "python tools/setup_env.py" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_check_hides_the_installed_package(tmp_path):

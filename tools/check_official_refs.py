@@ -315,8 +315,8 @@ def check(docs: Path, repo: Path) -> tuple[list[Problem], str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", type=Path, default=DEFAULT_CLONE, help="clone of the official repo")
-    parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS, help="the docs/ folder to check")
+    parser.add_argument("--repo", type=Path, default=DEFAULT_CLONE, help="clone of the official repo (default: %(default)s)")
+    parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS, help="the docs/ folder to check (default: %(default)s)")
     args = parser.parse_args(argv)
     if not args.repo.exists():
         print(f"no clone of sgl-project/mini-sglang at {args.repo}; pass --repo PATH")

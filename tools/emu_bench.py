@@ -10,6 +10,7 @@ time of the whole run. The target is well under 2 s on a 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
@@ -21,7 +22,10 @@ import emu_kernels  # noqa: E402
 BENCH = Path(__file__).resolve().parent / "emu" / "bench_barrier.cu"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args(argv)  # no options: --help says what the run does
     binary, log = emu_kernels.build(BENCH, echo=True)
     if binary is None:
         print("emu bench: the benchmark does not compile", file=sys.stderr)

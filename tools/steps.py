@@ -41,11 +41,17 @@ for 1901); the folder may be absent.
 
 Commands:
 
-    python tools/steps.py list                  one line per chapter
+    python tools/steps.py list                  a header row, then one row per chapter
     python tools/steps.py tree N                the package tree after chapter N
     python tools/steps.py materialize N DEST    write the tree after chapter N into DEST
     python tools/steps.py check [N ...] [--keep] [--record-proven FILE]
                                                 build each tree, run its main and tests there
+
+`check` shows where it stands: `== ch03 ...   [3/17 · 4m10s so far, about 12m left]` before each
+chapter (the estimate is the sum of the steps still to run as they took last time, kept per
+repository in <cache>/steps/timings.json), each main's time and pytest's own progress as the
+tests run. Before anything runs it looks for the modules that the chapters' tests need beyond
+requirements.txt (flashinfer_bench) and, if one is missing, names `python tools/setup_env.py`.
 
 While a chapter's tests run, every Python process in its tree records the files of the tree it
 reads. When the tests pass and every one of those files is the same in the final tree, the final
@@ -58,13 +64,16 @@ them for tools/run_tests.sh to skip.
 from __future__ import annotations
 
 import argparse
+import codecs
 import importlib.util
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -562,8 +571,14 @@ def exercises(root: Path, n: int) -> list[str]:
     return found
 
 
+LIST_COLUMNS = ["chapter", "new", "mod", "early", "total", "main", "tests", "docs", "exercises",
+                "title"]
+
+
 def list_lines(manifest: Manifest) -> list[str]:
-    lines = []
+    """A header row, then one row per chapter: files it adds (new, early) and modifies, the
+    package's size after it, and whether its main, tests, docs page and exercises exist."""
+    rows = [LIST_COLUMNS]
     for ch in manifest.chapters:
         package = [p for p in files_at(manifest, ch.number) if p.startswith(PACKAGE)]
         try:
@@ -571,19 +586,19 @@ def list_lines(manifest: Manifest) -> list[str]:
         except StepsError:
             touched = []  # broken markers: validate() reports them below the table
         tests = sum((manifest.root / t).is_file() for t in ch.tests)
-        early = f" early {touched.count(EARLY)}" if touched.count(EARLY) else ""
-        lines.append(
-            f"ch{ch.number:02d}  new {touched.count(NEW):2d} mod {touched.count(MODIFIED):2d}"
-            f"{early} total {len(package):3d}  "
-            f"main {_yes((manifest.root / ch.main).is_file())}  tests {tests}/{len(ch.tests)}  "
-            f"docs {_yes((manifest.root / ch.docs).is_file())}  "
-            f"exercises {len(exercises(manifest.root, ch.number))}  {ch.title}"
-        )
-    return lines
+        rows.append([
+            f"ch{ch.number:02d}", str(touched.count(NEW)), str(touched.count(MODIFIED)),
+            str(touched.count(EARLY)), str(len(package)), _yes((manifest.root / ch.main).is_file()),
+            f"{tests}/{len(ch.tests)}", _yes((manifest.root / ch.docs).is_file()),
+            str(len(exercises(manifest.root, ch.number))), ch.title,
+        ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_COLUMNS) - 1)]
+    return ["  ".join([*(cell.ljust(w) for cell, w in zip(row, widths)), row[-1]])
+            for row in rows]
 
 
 def _yes(flag: bool) -> str:
-    return "yes" if flag else "no "
+    return "yes" if flag else "no"
 
 
 # --------------------------------------------------------------------------------------------
@@ -728,23 +743,145 @@ class StepResult:
     output: str
 
 
-def run_step(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> StepResult:
+def run_step(command: list[str], cwd: Path, env: dict[str, str], timeout: float,
+             echo: bool = False) -> StepResult:
+    """Run one main or test command; with `echo`, show its output as it comes (pytest's dots are
+    the per-test progress), each line indented under the chapter."""
     start = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    chunks: list[bytes] = []
+    shown = _Echo() if echo else None
+
+    def pump() -> None:
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            chunks.append(chunk)
+            if shown:
+                shown.write(chunk)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
-        done = subprocess.run(
-            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired as e:
-        output = "".join(_text(part) for part in (e.stdout, e.stderr))
-        return StepResult(
-            False, time.monotonic() - start, output + f"\n(timed out after {timeout}s)"
-        )
-    return StepResult(done.returncode == 0, time.monotonic() - start, done.stdout + done.stderr)
+        proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        timed_out = True
+    reader.join(timeout=5)  # a grandchild that keeps the pipe open must not hang the check
+    if shown:
+        shown.end()
+    output = b"".join(chunks).decode(errors="replace")
+    if timed_out:
+        return StepResult(False, time.monotonic() - start, output + f"\n(timed out after {timeout}s)")
+    return StepResult(proc.returncode == 0, time.monotonic() - start, output)
 
 
-def _text(part: str | bytes | None) -> str:
-    # TimeoutExpired carries bytes even when the run asked for text
-    return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+class _Echo:
+    """Writes a child's output to our stdout as it arrives, `   | ` at the start of each line."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.at_line_start = True
+
+    def write(self, chunk: bytes) -> None:
+        text = self.decoder.decode(chunk)
+        out = []
+        for piece in text.splitlines(keepends=True):
+            if self.at_line_start:
+                out.append("   | ")
+            out.append(piece)
+            self.at_line_start = piece.endswith(("\n", "\r"))
+        sys.stdout.write("".join(out))
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        if not self.at_line_start:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+
+# --------------------------------------------------------------------------------------------
+# Timings of the previous run, for the estimate of what is left
+
+
+def timings_path() -> Path:
+    """<cache>/steps/timings.json; the cache folder as minisgl.env finds it (without importing
+    minisgl, which check keeps out of this process's way)."""
+    cache = os.environ.get("MINISGL_CACHE_DIR")
+    if cache:
+        return Path(cache).expanduser() / "steps" / "timings.json"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minisgl" / "steps" / "timings.json"
+
+
+def _read_timings() -> dict[str, dict[str, float]]:
+    try:
+        data = json.loads(timings_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {root: {k: float(v) for k, v in steps.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0}
+            for root, steps in data.items() if isinstance(steps, dict)}
+
+
+def load_timings(root: Path) -> dict[str, float]:
+    """Seconds per step ("ch03 main", "ch03 tests") of the repository at `root`, as measured
+    the last time each step ran there."""
+    return _read_timings().get(str(root), {})
+
+
+def save_timing(root: Path, step: str, seconds: float) -> None:
+    """Remember one step's time (merged into the file at once, so a stopped run keeps it);
+    repositories that no longer exist (a test's temporary ones) are dropped."""
+    path = timings_path()
+    data = {r: steps for r, steps in _read_timings().items() if Path(r).is_dir()}
+    data.setdefault(str(root), {})[step] = round(seconds, 1)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache costs the estimate, not the check
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+@dataclass
+class Progress:
+    """Where a check stands: the chapters to run, time so far, and the estimate of what is left
+    from the previous run's timings (steps never timed before are counted and named as such)."""
+
+    root: Path  # the repository checked: timings are kept per repository
+    steps: list[str]  # every step of the run, in order: "ch01 main", "ch01 tests", ...
+    previous: dict[str, float]
+    started: float = field(default_factory=time.monotonic)
+    done: set[str] = field(default_factory=set)
+
+    def finish(self, step: str, seconds: float) -> None:
+        self.done.add(step)
+        save_timing(self.root, step, seconds)
+
+    def line(self) -> str:
+        left = [step for step in self.steps if step not in self.done]
+        known = [self.previous[step] for step in left if step in self.previous]
+        text = f"{_duration(time.monotonic() - self.started)} so far"
+        if not left:
+            return text
+        if known:
+            text += f", about {_duration(sum(known))} left"
+        unknown = len(left) - len(known)
+        if unknown:
+            text += f" ({unknown} step{'s' * (unknown > 1)} never timed here before)"
+        elif known:
+            text += " (from the last run's timings)"
+        return text
 
 
 @dataclass
@@ -762,9 +899,11 @@ class ChapterCheck:
         return self.ok and bool(self.tests) and not self.changed
 
 
-def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> ChapterCheck:
+def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
+                  progress: Progress | None = None, position: str = "") -> ChapterCheck:
     ch = manifest.chapter(n)
-    print(f"== ch{n:02d} {ch.title}", flush=True)
+    progress = progress or Progress(manifest.root, steps=[], previous={})
+    print(f"== ch{n:02d} {ch.title}   [{position}{progress.line()}]", flush=True)
     tree = workdir / f"ch{n:02d}"
     try:
         materialize(n, tree, manifest)
@@ -784,14 +923,21 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float) -> 
         steps.append(("tests", pytest, "pytest " + " ".join(ch.tests), recording))
     ok = True
     for label, command, shown, step_env in steps:
-        print(f"   {label}  {shown} ...", end=" ", flush=True)
-        result = run_step(command, tree, step_env, timeout)
+        step = f"ch{n:02d} {label.strip()}"
+        before = progress.previous.get(step)
+        echo = label == "tests"  # pytest's own progress, as it runs
+        hint = f" (took {before:.1f}s last time)" if before is not None else ""
+        print(f"   {label}  {shown}{hint} ...", end="\n" if echo else " ", flush=True)
+        result = run_step(command, tree, step_env, timeout, echo=echo)
+        progress.finish(step, result.seconds)
         last = result.output.strip().splitlines()[-1:] or [""]
         verdict = "ok" if result.ok else "FAIL"
-        print(f"{verdict} ({result.seconds:.1f}s)  {last[0][:80]}", flush=True)
+        prefix = f"   {label}  " if echo else ""
+        print(f"{prefix}{verdict} ({result.seconds:.1f}s)  {last[0][:80]}", flush=True)
         if not result.ok:
             ok = False
-            print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
+            if not echo:  # echoed output is on the screen already
+                print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
     found = ChapterCheck(ch.tests, ok)
     if ok and ch.tests:
         used = used_files(ch, tree, record, manifest.root)
@@ -876,11 +1022,19 @@ def check(
     manifest: Manifest, numbers: list[int], keep: bool, timeout: float,
     record_proven: Path | None = None,
 ) -> bool:
-    workdir = Path(tempfile.mkdtemp(prefix="minisgl-steps-"))
     checks: dict[int, ChapterCheck] = {}
+    numbers = numbers or [ch.number for ch in manifest.chapters]
+    progress = Progress(
+        manifest.root,
+        steps=[f"ch{n:02d} {step}" for n in numbers
+               for step in ("main", "tests")[: 1 + bool(manifest.chapter(n).tests)]],
+        previous=load_timings(manifest.root),
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="minisgl-steps-"))
     try:
-        for n in numbers or [ch.number for ch in manifest.chapters]:
-            checks[n] = check_chapter(manifest, n, workdir, timeout)
+        for i, n in enumerate(numbers, start=1):
+            checks[n] = check_chapter(manifest, n, workdir, timeout, progress,
+                                      f"{i}/{len(numbers)} · ")
     finally:
         if keep:
             print(f"trees kept in {workdir}")
@@ -888,7 +1042,8 @@ def check(
             shutil.rmtree(workdir, ignore_errors=True)
     failed = [n for n, found in checks.items() if not found.ok]
     summary = ", ".join(f"ch{n:02d}" for n in failed) or "none"
-    print(f"{len(checks) - len(failed)}/{len(checks)} chapters passed; failed: {summary}")
+    print(f"{len(checks) - len(failed)}/{len(checks)} chapters passed; failed: {summary} "
+          f"({progress.line()})")
     proven = [test for found in checks.values() if found.proven for test in found.tests]
     rerun = [(test, found.changed[0]) for found in checks.values() if found.changed
              for test in found.tests]
@@ -912,19 +1067,27 @@ def main(argv: list[str] | None = None) -> int:
         "--manifest", type=Path, help="manifest (default: ROOT/tools/chapters.toml)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="one line per chapter")
+    sub.add_parser("list", help="a header row, then one row per chapter",
+                   description="A header row, then one row per chapter: files it adds and "
+                   "modifies, whether its main, tests, docs page and exercises exist.")
     tree = sub.add_parser("tree", help="the package tree after chapter N")
-    tree.add_argument("n", type=int)
+    tree.add_argument("n", type=int, help="chapter")
     mat = sub.add_parser("materialize", help="write the tree after chapter N into DEST")
-    mat.add_argument("n", type=int)
-    mat.add_argument("dest", type=Path)
-    chk = sub.add_parser("check", help="build each chapter's tree and run its main and tests")
+    mat.add_argument("n", type=int, help="chapter")
+    mat.add_argument("dest", type=Path, help="an empty or absent folder")
+    chk = sub.add_parser(
+        "check", help="build each chapter's tree and run its main and tests",
+        description="Build each chapter's tree and run its main and tests there, with progress "
+        "per chapter and per test and an estimate of the time left from the previous run "
+        f"(timings kept in {timings_path()}).")
     chk.add_argument("n", type=int, nargs="*", help="chapters (default: all)")
-    chk.add_argument("--keep", action="store_true", help="keep the trees and print where")
-    chk.add_argument("--timeout", type=float, default=600, help="seconds per main or test run")
+    chk.add_argument("--keep", action="store_true",
+                     help="keep the trees and print where (default: remove them)")
+    chk.add_argument("--timeout", type=float, default=600,
+                     help="seconds per main or test run (default: %(default)g)")
     chk.add_argument(
         "--record-proven", type=Path, metavar="FILE",
-        help="write the test files proven on final code to FILE, one per line",
+        help="write the test files proven on final code to FILE, one per line (default: none)",
     )
     args = parser.parse_args(argv)
 
