@@ -123,8 +123,9 @@ def main() -> int:
     try:
         model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
         for i, ids in enumerate(prompts[:4]):
-            got = post(base + "/generate", {"input_ids": ids, "max_tokens": args.max_tokens,
-                                            "ignore_eos": True})["token_ids"]
+            got = post(base + "/generate", {"input_ids": ids, "sampling_params": {
+                "max_new_tokens": args.max_tokens, "temperature": 0,
+                "ignore_eos": True}})["output_ids"]
             check(f"prompt {i} alone: server tokens == LLM.generate tokens", got == alone[i])
         stream_all(base, model, prompts[:8], args.max_tokens)  # warm-up
         start = time.perf_counter()

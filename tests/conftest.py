@@ -144,7 +144,8 @@ class RunningServer:
     importable in the trees of chapters that have no server yet."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None,
-                 startup_timeout: float = 300.0) -> None:
+                 startup_timeout: float = 300.0, api_key: str | None = None) -> None:
+        self.api_key = api_key  # sent with every request when the server wants one
         with socket.socket() as s:  # a free port (a tiny race with other programs is fine)
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -186,8 +187,10 @@ class RunningServer:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = json.dumps(body).encode() if isinstance(body, dict) else body
-            conn.request(method, path, body=data,
-                         headers={"Content-Type": "application/json"} if data else {})
+            headers = {"Content-Type": "application/json"} if data else {}
+            if self.api_key is not None:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read().decode()
             try:

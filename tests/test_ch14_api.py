@@ -167,16 +167,22 @@ async def _one_async(server, question: str) -> str:
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
 
+GREEDY_16 = {"max_new_tokens": 16, "temperature": 0}
+
+
 def test_generate_endpoint_returns_llm_tokens(server, llm):
     ids = llm.tokenizer.apply_chat_template(chat("What is 17 times 23?"))
     want = reference(llm, ids, 16)
-    status, body = server.post("/generate", {"input_ids": ids, "max_tokens": 16})
+    status, body = server.post("/generate", {"input_ids": ids, "sampling_params": GREEDY_16})
     assert status == 200, body
-    assert body["token_ids"] == want["token_ids"] and body["text"] == want["text"]
-    events, _ = sse_events(server, "/generate", {"input_ids": ids, "max_tokens": 16,
+    assert body["output_ids"] == want["token_ids"] and body["text"] == want["text"]
+    events, _ = sse_events(server, "/generate", {"input_ids": ids, "sampling_params": GREEDY_16,
                                                  "stream": True})
-    assert [t for e in events[:-1] for t in e["token_ids"]] == want["token_ids"]
-    assert "".join(e["text"] for e in events[:-1]) == want["text"]
+    # SGLang's stream: each event holds the whole answer so far
+    assert events[-2]["output_ids"] == want["token_ids"] and events[-2]["text"] == want["text"]
+    for before, after in zip(events[:-2], events[1:-1]):
+        assert after["text"].startswith(before["text"])
+        assert after["output_ids"][:len(before["output_ids"])] == before["output_ids"]
 
 
 def test_ignore_eos_runs_to_max_tokens(client, server):
@@ -235,10 +241,10 @@ def test_32_streaming_clients_3_requests_each(server, llm):
                 if k == 1:  # /generate streams the token ids too: text must match them
                     ids = llm.tokenizer.apply_chat_template(chat(question))
                     events, _ = sse_events(server, "/generate", {
-                        "input_ids": ids, "max_tokens": max_tokens, "stream": True})
+                        "input_ids": ids, "stream": True,
+                        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}})
                     assert events[-1] == "[DONE]"
-                    text = "".join(e["text"] for e in events[:-1])
-                    tokens = [t for e in events[:-1] for t in e["token_ids"]]
+                    text, tokens = events[-2]["text"], events[-2]["output_ids"]
                     assert 1 <= len(tokens) <= max_tokens
                     with lock:
                         results.append((text, tokens))
@@ -345,7 +351,7 @@ def test_bad_completion_requests(server):
         status, got = server.post("/v1/completions", body)
         assert status == 400, (body, got)
         assert param is None or got["error"]["param"] == param
-    status, got = server.post("/generate", {"max_tokens": 3})
+    status, got = server.post("/generate", {"sampling_params": {"max_new_tokens": 3}})
     assert status == 400 and "exactly one" in got["error"]["message"]
 
 
@@ -430,7 +436,8 @@ def hostile_requests(vocab: int, max_prompt_chars: int, rng: random.Random) -> d
         "top_k 2^63": (Raw(body={**prompt, "top_k": INT64 + rng.randrange(99)}), 400, "top_k"),
         "top_k 2^64": (Raw(body={**prompt, "top_k": (1 << 64) + 5}), 400, "top_k"),
         "top_k vocab + 1": (Raw(body={**prompt, "top_k": vocab + 1}), 400, "top_k"),
-        "top_k 0": (Raw(path="/generate", body={"text": "x", "top_k": 0}), 400, "top_k"),
+        "top_k 0": (Raw(path="/generate", body={"text": "x", "sampling_params": {"top_k": 0}}),
+                    400, "sampling_params.top_k"),
         "top_k -2": (Raw(path="/v1/chat/completions", body={**hi, "top_k": -2}), 400, "top_k"),
         "max_tokens 2^64": (Raw(body={**prompt, "max_tokens": 1 << 64}), 400, "max_tokens"),
         "max_tokens 2^63": (Raw(body={**prompt, "max_tokens": INT64}), 400, "max_tokens"),
@@ -442,8 +449,9 @@ def hostile_requests(vocab: int, max_prompt_chars: int, rng: random.Random) -> d
                               "temperature"),
         "temperature -1e999": (Raw(body=b'{"prompt": "Hi", "temperature": -1e999}'), 400,
                                "temperature"),
-        "temperature NaN": (Raw(path="/generate", body=b'{"text": "Hi", "temperature": NaN}'),
-                            400, "temperature"),
+        "temperature NaN": (Raw(path="/generate", body=b'{"text": "Hi", "sampling_params": '
+                                                      b'{"temperature": NaN}}'),
+                            400, "sampling_params.temperature"),
         "top_p Infinity": (Raw(body=b'{"prompt": "Hi", "top_p": Infinity}'), 400, "top_p"),
         "top_p -Infinity": (Raw(path="/v1/chat/completions", body=json.dumps(hi).encode()[:-1]
                                 + b', "top_p": -Infinity}'), 400, "top_p"),
@@ -553,8 +561,9 @@ def test_a_hostile_battery_alongside_normal_traffic_leaves_the_server_whole(serv
                                                        "temperature": 0, "max_tokens": 24})
     assert status == 200 and got["choices"][0]["message"]["content"] == want["text"]
     ids = llm.tokenizer.encode("The three primary colors are")
-    status, got = server.post("/generate", {"input_ids": ids, "max_tokens": 12})
-    assert status == 200 and got["token_ids"] == reference(llm, ids, 12)["token_ids"]
+    status, got = server.post("/generate", {"input_ids": ids, "sampling_params": {
+        "max_new_tokens": 12, "temperature": 0}})
+    assert status == 200 and got["output_ids"] == reference(llm, ids, 12)["token_ids"]
     stats = wait_idle(server)
     assert stats["free_pages"] + stats["cached_pages"] == stats["total_pages"]
     status, stats = server.post("/flush_cache", {})

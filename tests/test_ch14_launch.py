@@ -43,7 +43,12 @@ def ipc_folders_of(procs: list[psutil.Process]) -> set[str]:
 def open_stream(server: RunningServer, path: str, body: dict) -> http.client.HTTPResponse:
     """Start a long streaming request; returns once its first event has arrived."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    conn.request("POST", path, body=json.dumps({**body, "stream": True, "ignore_eos": True}),
+    if path == "/generate":  # SGLang's body: the sampling fields in sampling_params
+        body = {"text": body["text"], "sampling_params": {
+            "max_new_tokens": body["max_tokens"], "ignore_eos": True}}
+    else:
+        body = {**body, "ignore_eos": True}
+    conn.request("POST", path, body=json.dumps({**body, "stream": True}),
                  headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200

@@ -29,8 +29,10 @@ def test_valid_chat_body_parses_with_openai_defaults():
     assert params.max_tokens == 77 and params.temperature == 1.0
 
 
-def test_generate_defaults_to_greedy_and_completion_prompt_forms():
-    assert parse_body(GenerateRequest, b'{"text": "x"}').sampling_params(5).is_greedy
+def test_generate_has_sglang_defaults_and_completion_prompt_forms():
+    params = parse_body(GenerateRequest, b'{"text": "x"}').to_sampling_params()
+    assert (params.temperature, params.max_tokens, params.top_k, params.top_p) == \
+        (1.0, 128, -1, 1.0)  # SGLang's defaults
     assert parse_body(CompletionRequest, b'{"prompt": ["one"]}').one_prompt() == "one"
     assert parse_body(CompletionRequest, b'{"prompt": [1, 2]}').one_prompt() == [1, 2]
     with pytest.raises(ApiError, match="one prompt"):
@@ -146,10 +148,15 @@ def test_limits_name_the_field_and_bound_ids_and_prompt_characters():
         assert e.value.body["error"]["param"] == "input_ids"
     for top_k in (0, -2, vocab + 1, 1 << 63, 1 << 64):
         with pytest.raises(ApiError) as e:
-            parse_body(GenerateRequest, json.dumps({"text": "x", "top_k": top_k}).encode(),
+            parse_body(GenerateRequest, json.dumps({"text": "x", "sampling_params": {
+                "top_k": top_k}}).encode(), limits)
+        assert e.value.body["error"]["param"] == "sampling_params.top_k"
+        with pytest.raises(ApiError) as e:
+            parse_body(CompletionRequest, json.dumps({"prompt": "x", "top_k": top_k}).encode(),
                        limits)
         assert e.value.body["error"]["param"] == "top_k"
-    parse_body(GenerateRequest, json.dumps({"text": "x", "top_k": vocab}).encode(), limits)
+    parse_body(GenerateRequest, json.dumps({"text": "x", "sampling_params": {
+        "top_k": vocab}}).encode(), limits)
     chars = limits.max_prompt_chars
     parse_body(CompletionRequest, json.dumps({"prompt": "y" * chars}).encode(), limits)
     with pytest.raises(ApiError, match="cannot fit") as e:

@@ -64,3 +64,30 @@ def test_shell_answers_keeps_history_and_resets(smollm2_dir, llm):
     finally:
         shell.close(force=True)
     assert shell.exitstatus == 0
+
+
+def test_ctrl_c_stops_an_answer_and_twice_at_the_prompt_leaves(smollm2_dir):
+    """Ctrl-C while an answer streams stops it and returns to the prompt; the shell then
+    answers the next question; /help lists the commands; Ctrl-C twice at the prompt exits 0."""
+    env = {**os.environ, "MINISGL_SHELL_MAX_TOKENS": "600", "TERM": "dumb"}
+    shell = pexpect.spawn(sys.executable, ["-m", "minisgl", "--model", str(smollm2_dir),
+                                           "--shell", "--num-pages", "2048"],
+                          env=env, encoding="utf-8", timeout=300, dimensions=(50, 400))
+    try:
+        shell.expect_exact(PROMPT, timeout=300)
+        shell.sendline("Count from 1 to 300, separated by commas.")
+        shell.expect(r"\d\d\d", timeout=120)  # the answer is streaming
+        shell.sendintr()
+        shell.expect_exact("(stopped)", timeout=60)
+        shell.expect_exact(PROMPT, timeout=60)
+        assert "Paris" in ask(shell, "What is the capital of France?")  # still answering
+        listed = ask(shell, "/help")
+        assert all(command in listed for command in ("/help", "/reset", "/exit"))
+        shell.sendintr()
+        shell.expect_exact("press Ctrl-C again", timeout=30)
+        shell.expect_exact(PROMPT, timeout=30)
+        shell.sendintr()
+        shell.expect(pexpect.EOF, timeout=60)
+    finally:
+        shell.close(force=True)
+    assert shell.exitstatus == 0

@@ -34,6 +34,11 @@ class SamplingParams:
     top_p: float = 1.0
     ignore_eos: bool = False
     max_tokens: int | None = 1024
+    # >>> ch14
+    # The random seed of this request's sampling (OpenAI's `seed`): None draws from the engine's
+    # generator. The API server passes it through; the sampler decides what it means.
+    seed: int | None = None
+    # <<< ch14
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN

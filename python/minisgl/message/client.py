@@ -73,6 +73,11 @@ class FrontendClient:
         self._listener: asyncio.Task | None = None
         self.closing: str | None = None  # set by fail_all: why no request is taken any more
 
+    @property
+    def open_requests(self) -> int:
+        """Requests submitted and not finished or closed yet."""
+        return len(self._requests)
+
     def start(self) -> None:
         """Start reading replies; call once from inside the running event loop."""
         self._listener = asyncio.get_running_loop().create_task(self._listen())

@@ -27,6 +27,10 @@ from minisgl.message import (
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
+# >>> ch14
+from minisgl.utils.proctitle import set_process_title
+
+# <<< ch14
 from .config import SchedulerConfig
 from .scheduler import Scheduler
 
@@ -104,6 +108,9 @@ def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: st
                           ready_addr: str) -> None:
     """Entry point of the scheduler process (see server/launch.py)."""
     setup_worker_process()
+    # >>> ch14
+    set_process_title("scheduler")
+    # <<< ch14
     ready = PushQueue(ready_addr)
     torch.set_grad_enabled(False)
     try:

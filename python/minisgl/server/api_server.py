@@ -3,7 +3,12 @@
     POST /v1/chat/completions   chat, streaming (SSE) or not
     POST /v1/completions        text completion, streaming or not
     GET  /v1/models             the served model
-    POST /generate              SGLang-style: text or token ids in, text and token ids out
+    POST /generate              SGLang's: text or token ids and sampling_params in; text,
+                                output_ids and meta_info out
+    GET  /get_model_info        SGLang's: the model's path and sizes
+    GET  /get_server_info       SGLang's: the server's settings, limits and scheduler counts
+    GET  /version               the minisgl version
+    GET  /metrics               Prometheus metrics (metrics.py)
     GET  /health                a round trip through every process; KV page counts
     POST /flush_cache           drop the prefix cache (only while idle)
 
@@ -11,12 +16,13 @@ A streaming response starts only after the request's first reply has arrived, so
 engine refuses (a prompt longer than the context, say) still gets a 4xx status and a JSON error. A
 stream that fails later (the server shuts down) ends with an error event, then `data: [DONE]`.
 Every error, 404 and 405 included, has OpenAI's shape {"error": {message, type, param, code}};
-guard.py checks Host, Content-Type and body size before an endpoint runs.
+guard.py checks Host, the API key, Content-Type and body size before an endpoint runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -28,15 +34,18 @@ from typing import Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from minisgl import __version__
 from minisgl.core import SamplingParams
 from minisgl.message.client import FrontendClient, RequestStream
 from minisgl.utils import init_logger
 
-from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
+from .args import ServerArgs
+from .guard import RequestGuard, loopback_hosts
+from .metrics import CONTENT_TYPE, RequestTimer, ServerMetrics, log_while_busy
 from .protocol import (
     ApiError,
     ChatCompletionRequest,
@@ -63,32 +72,41 @@ class Piece:
     token_ids: list[int]
     finish_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
 
-async def pieces(stream: RequestStream, stops: list[str], request: Request) -> AsyncGenerator[Piece]:
+async def pieces(stream: RequestStream, stops: list[str], request: Request,
+                 timer: RequestTimer) -> AsyncGenerator[Piece]:
     """Run one request to its end. Raises ApiError if the engine refused it (first reply)."""
     checker, completion = StopChecker(stops), 0
     try:
         async for reply in stream:
             if reply.error is not None:  # "abort" with an error: the server is shutting down
+                timer.done = True  # a failed request is not a finished one
                 raise ApiError(503 if reply.finish_reason == "abort" else 400, reply.error)
             new_ids = [] if reply.token is None else [reply.token]
+            if new_ids:
+                timer.token(reply.prompt_tokens, reply.cached_tokens)
             completion += len(new_ids)
             text = checker.feed(reply.text)
             reason = "stop" if checker.stopped else reply.finish_reason
+            counts = {"prompt_tokens": reply.prompt_tokens, "cached_tokens": reply.cached_tokens}
             if reason is None and not reply.finished:
                 if await request.is_disconnected():
                     logger.info("request %d: the client left; aborting", stream.uid)
                     return
                 if text or new_ids:
-                    yield Piece(text, new_ids)
+                    yield Piece(text, new_ids, **counts)
                 continue
             usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": completion,
                      "total_tokens": reply.prompt_tokens + completion,
                      "prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
-            yield Piece(text + checker.flush(), new_ids, reason or "stop", usage)
+            timer.finish(reason or "stop")
+            yield Piece(text + checker.flush(), new_ids, reason or "stop", usage, **counts)
             return
     finally:
+        timer.finish("abort")  # the client left (nothing happens if it has finished)
         stream.close()  # aborts the request unless it finished
 
 
@@ -134,12 +152,13 @@ def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def create_app(client: FrontendClient, model_names: list[str],
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               allowed_hosts: frozenset[str] | None = None) -> FastAPI:
-    """The app for one served model; model_names[0] is the name /v1/models reports.
-
-    allowed_hosts: the Host header values accepted (guard.loopback_hosts), None for any."""
+def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
+    """The app serving one model with the settings in `args` (names, API key, limits)."""
+    # What clients may call the model: the name given with --served-model-name, else the name
+    # it was asked for by (--model) and its folder. The first is the one the server reports.
+    model_names = [args.served_model_name] if args.served_model_name else \
+        [args.model_name, args.model_path]
+    metrics = ServerMetrics(model_names[0])
     limits: RequestLimits | None = None
 
     @asynccontextmanager
@@ -148,11 +167,21 @@ def create_app(client: FrontendClient, model_names: list[str],
         client.start()
         reply = await client.control("limits")  # the engine's vocabulary and context sizes
         limits = RequestLimits(reply.info["vocab_size"], reply.info["max_seq_len"])
+        busy_log = None
+        if args.log_interval > 0:
+            busy_log = asyncio.get_running_loop().create_task(log_while_busy(
+                metrics, lambda: client.control("stats", timeout=5),
+                lambda: client.open_requests > 0, args.log_interval))
         yield
+        if busy_log is not None:
+            busy_log.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await busy_log
         await client.aclose()
 
-    app = FastAPI(title="minisgl", lifespan=lifespan)
-    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
+    app = FastAPI(title="minisgl", version=__version__, lifespan=lifespan)
+    app.add_middleware(RequestGuard, max_body_bytes=args.max_body_bytes,
+                       allowed_hosts=loopback_hosts(args.host, args.port), api_key=args.api_key)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -175,19 +204,52 @@ def create_app(client: FrontendClient, model_names: list[str],
             return client.submit(params, text=prompt)
         return client.submit(params, input_ids=prompt)
 
+    async def run(stream: RequestStream, stops: list[str], request: Request
+                  ) -> AsyncGenerator[Piece]:
+        """The request's pieces, timed for the metrics; the first one has arrived already."""
+        return await first_and_rest(pieces(stream, stops, request, metrics.start_request()))
+
     def check_model(name: str | None) -> str:
         if name is not None and name not in model_names:
             raise ApiError(404, f"the model '{name}' does not exist; this server serves "
                                 f"'{model_names[0]}'", param="model", code="model_not_found")
         return model_names[0]
 
+    async def scheduler_stats() -> dict[str, int] | None:
+        try:
+            return (await client.control("stats", timeout=10)).info
+        except TimeoutError:
+            return None
+
     @app.get("/health")
     async def health() -> JSONResponse:
-        try:
-            reply = await client.control("stats", timeout=10)
-        except TimeoutError:
+        stats = await scheduler_stats()
+        if stats is None:
             return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok", **reply.info})
+        return JSONResponse({"status": "ok", **stats})
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        stats = await scheduler_stats()
+        if stats is not None:  # else the last numbers stay: a scrape must not fail for it
+            metrics.scheduler.update(stats)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": __version__}
+
+    @app.get("/get_model_info")
+    async def get_model_info() -> dict[str, Any]:
+        assert limits is not None
+        return {"model_path": args.model_path, "tokenizer_path": args.model_path,
+                "served_model_name": model_names[0], "is_generation": True,
+                "max_context_length": limits.max_seq_len, "vocab_size": limits.vocab_size}
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> dict[str, Any]:
+        return {"version": __version__, **args.public_settings(), "max_context_length":
+                limits.max_seq_len if limits else None, "scheduler": await scheduler_stats()}
 
     @app.post("/flush_cache")
     async def flush_cache() -> JSONResponse:
@@ -198,7 +260,8 @@ def create_app(client: FrontendClient, model_names: list[str],
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        card = {"id": model_names[0], "object": "model", "created": 0, "owned_by": "minisgl"}
+        card = {"id": model_names[0], "object": "model", "created": 0, "owned_by": "minisgl",
+                "root": args.model_path, "max_model_len": limits.max_seq_len if limits else None}
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
@@ -206,8 +269,7 @@ def create_app(client: FrontendClient, model_names: list[str],
         req = await body(request, ChatCompletionRequest)
         model = check_model(req.model)
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
-        stream = client.submit(params, messages=req.chat())
-        gen = await first_and_rest(pieces(stream, req.stop_strings, request))
+        gen = await run(client.submit(params, messages=req.chat()), req.stop_strings, request)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": model}
         if not req.stream:
@@ -215,7 +277,6 @@ def create_app(client: FrontendClient, model_names: list[str],
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": last.finish_reason, "logprobs": None}
             return {**head, "object": "chat.completion", "choices": [choice], "usage": last.usage}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunk = {**head, "object": "chat.completion.chunk"}
 
         def render(piece: Piece) -> list[dict[str, Any]]:
@@ -226,7 +287,7 @@ def create_app(client: FrontendClient, model_names: list[str],
             if piece.finish_reason is not None:
                 out.append({**chunk, "choices": [{"index": 0, "delta": {},
                                                   "finish_reason": piece.finish_reason}]})
-                if include_usage:
+                if req.include_usage:
                     out.append({**chunk, "choices": [], "usage": piece.usage})
             return out
 
@@ -238,10 +299,8 @@ def create_app(client: FrontendClient, model_names: list[str],
     async def completions(request: Request):
         req = await body(request, CompletionRequest)
         model = check_model(req.model)
-        prompt = req.one_prompt()
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        stream = submit_prompt(params, prompt)
-        gen = await first_and_rest(pieces(stream, req.stop_strings, request))
+        gen = await run(submit_prompt(params, req.one_prompt()), req.stop_strings, request)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": model}
         if not req.stream:
@@ -249,14 +308,13 @@ def create_app(client: FrontendClient, model_names: list[str],
             choice = {"index": 0, "text": text, "finish_reason": last.finish_reason,
                       "logprobs": None}
             return {**head, "choices": [choice], "usage": last.usage}
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         def render(piece: Piece) -> list[dict[str, Any]]:
             out = []
             if piece.text or piece.finish_reason is not None:
                 out.append({**head, "choices": [{"index": 0, "text": piece.text, "logprobs": None,
                                                  "finish_reason": piece.finish_reason}]})
-            if piece.finish_reason is not None and include_usage:
+            if piece.finish_reason is not None and req.include_usage:
                 out.append({**head, "choices": [], "usage": piece.usage})
             return out
 
@@ -265,19 +323,38 @@ def create_app(client: FrontendClient, model_names: list[str],
     @app.post("/generate")
     async def generate(request: Request):
         req = await body(request, GenerateRequest)
-        params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        stream = submit_prompt(params, req.one_prompt())
-        gen = await first_and_rest(pieces(stream, req.stop_strings, request))
+        stream = submit_prompt(req.to_sampling_params(), req.one_prompt())
+        rid = uuid.uuid4().hex
+        gen = await run(stream, req.stop_strings, request)
         if not req.stream:
             text, last, token_ids = await collect(gen)
-            return {"text": text, "token_ids": token_ids, "finish_reason": last.finish_reason,
-                    "usage": last.usage}
+            return {"text": text, "output_ids": token_ids,
+                    "meta_info": meta_info(rid, last, len(token_ids))}
+        # As SGLang's, every event holds the text and output ids so far, not just the new part.
+        text, token_ids = "", []
 
-        return sse_response(gen, lambda piece: [{
-            "text": piece.text, "token_ids": piece.token_ids,
-            "finish_reason": piece.finish_reason, "usage": piece.usage or None}])
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            nonlocal text
+            text += piece.text
+            token_ids.extend(piece.token_ids)
+            return [{"text": text, "output_ids": list(token_ids),
+                     "meta_info": meta_info(rid, piece, len(token_ids))}]
+
+        return sse_response(gen, render)
 
     return app
+
+
+def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:
+    """SGLang's meta_info of a /generate answer (so far): finish_reason is null until the last
+    event, then {"type": "stop"} or {"type": "length", "length": tokens generated}."""
+    reason: dict[str, Any] | None = None
+    if piece.finish_reason is not None:
+        reason = {"type": piece.finish_reason}
+        if piece.finish_reason == "length":
+            reason["length"] = completion_tokens
+    return {"id": rid, "finish_reason": reason, "prompt_tokens": piece.prompt_tokens,
+            "completion_tokens": completion_tokens, "cached_tokens": piece.cached_tokens}
 
 
 async def collect(gen: AsyncIterator[Piece]) -> tuple[str, Piece, list[int]]:

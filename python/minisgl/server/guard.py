@@ -4,6 +4,10 @@
   address or `localhost`, with its port. A web page can otherwise reach it through DNS rebinding
   (a name of the attacker's that first points at the attacker's server, then at 127.0.0.1): the
   browser then sends that name in the Host header, and is refused with 421.
+- API key: with --api-key, every request but GET /health must carry `Authorization: Bearer
+  <key>` (as the OpenAI client sends it), else 401. The comparison takes the same time however
+  much of the key is right (hmac.compare_digest), so timing tells an attacker nothing. /health
+  stays open for load balancers and orchestrators, and tells nothing but page counts.
 - Content-Type: a POST must say `application/json`. A browser sends a cross-site POST without
   asking the server first (no CORS preflight) only with text/plain, a form type or no body type,
   so requiring JSON keeps any web page from driving a loopback server. 415 otherwise.
@@ -17,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -35,6 +40,7 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full 40k-token context as JSON, with room to spare
+OPEN_PATHS = frozenset({"/health"})  # answered without the API key
 
 
 def loopback_hosts(host: str, port: int) -> frozenset[str] | None:
@@ -60,10 +66,12 @@ def is_json(content_type: str) -> bool:
 
 class RequestGuard:
     def __init__(self, app: App, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 allowed_hosts: frozenset[str] | None = None) -> None:
+                 allowed_hosts: frozenset[str] | None = None, api_key: str | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.allowed_hosts = allowed_hosts
+        # Compared as bytes, as the header arrives (latin-1, what HTTP headers are made of).
+        self.expected_auth = None if api_key is None else f"Bearer {api_key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # lifespan events
@@ -103,6 +111,12 @@ class RequestGuard:
             return ApiError(421, f"this server answers only requests to "
                                  f"{', '.join(sorted(self.allowed_hosts))}; got Host {host!r}",
                             code="invalid_host")
+        if self.expected_auth is not None and scope["path"] not in OPEN_PATHS:
+            got = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(got, self.expected_auth):
+                return ApiError(401, "a valid API key is required: send 'Authorization: Bearer "
+                                     "<key>' with the key the server was started with "
+                                     "(--api-key)", code="invalid_api_key")
         if scope["method"] == "POST" and not is_json(headers.get("content-type", "")):
             return ApiError(415, "the body must be JSON, sent with 'Content-Type: "
                                  "application/json'", code="unsupported_media_type")

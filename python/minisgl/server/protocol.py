@@ -1,8 +1,10 @@
-"""The OpenAI-compatible request bodies, and errors in OpenAI's JSON shape.
+"""The request bodies of the HTTP API, and errors in OpenAI's JSON shape.
 
 Bodies are validated strictly: "5" is not a number and "yes" is not a boolean, because a client
-that sends them has a bug worth reporting. Fields the server does not know are ignored (clients
-send many optional ones); fields it knows but cannot honour (n > 1) are refused.
+that sends them has a bug worth reporting. Nothing is silently dropped either: a field the server
+does not know is a 400 that names it, and so is a field it knows but cannot honour yet (n > 1,
+logprobs, penalties) when it asks for anything but the default. A few fields that change nothing
+here are accepted and ignored; `IGNORED_FIELDS` lists them, with the reason.
 
 Every value is checked against exact bounds here, at the boundary, so nothing reaches the engine
 that it cannot run: integers fit in 64 bits, floats are finite, token ids are inside the
@@ -12,7 +14,7 @@ vocabulary and top_k is at most its size (`RequestLimits`, from the scheduler at
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,6 +22,7 @@ from minisgl.core import MIN_TEMPERATURE, SamplingParams
 
 T = TypeVar("T", bound=BaseModel)
 INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit integers
+INT64_MIN = -(1 << 63)
 # A prompt longer than max_seq_len * MAX_CHARS_PER_TOKEN characters is refused before it is
 # tokenized. Tokenizing costs time in proportion to the characters (about 1 s per million), so
 # without a bound one huge prompt holds a tokenizer worker, and every request queued behind it,
@@ -27,6 +30,16 @@ INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit in
 # characters per token; 32 is far above that, so only degenerate text (say, a long run of one
 # character that the vocabulary has a long token for) could be refused although it would fit.
 MAX_CHARS_PER_TOKEN = 32
+GENERATE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
+
+# Fields a client may send that change nothing on this server, so they are accepted and ignored:
+IGNORED_FIELDS = {
+    "user": "an end-user id for the provider's abuse monitoring; there is none here",
+    "safety_identifier": "the newer name of `user`",
+    "metadata": "tags for the provider's stored-completions dashboard; nothing is stored here",
+    "prompt_cache_key": "a routing hint for the provider's prompt cache; the radix cache needs "
+                        "no hint",
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,11 @@ class RequestLimits:
                                 f"{self.max_prompt_chars} characters are refused untokenized)",
                            param=param, code="context_length_exceeded")
 
+    def check_top_k(self, top_k: int, param: str) -> None:
+        if not (top_k == -1 or 1 <= top_k <= self.vocab_size):
+            raise ApiError(400, f"top_k must be -1 (off) or in [1, {self.vocab_size}] (the "
+                                f"vocabulary size), got {top_k}", param=param)
+
 
 class ApiError(Exception):
     """An error for the client: an HTTP status and OpenAI's error object."""
@@ -66,7 +84,20 @@ class ApiError(Exception):
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    # field -> the values accepted for a feature this server does not have yet: sending the
+    # default is fine (some clients always send it), asking for more is a 400 that names it
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    def check_not_yet(self, prefix: str = "") -> None:
+        for name, accepted in self.NOT_YET.items():
+            value = getattr(self, name)
+            if value not in accepted:
+                shown = " or ".join(repr(v) for v in accepted if v is not None) or "null"
+                raise ApiError(400, f"'{prefix}{name}' = {value!r} is not supported by this "
+                                    f"server yet (leave it out, or send {shown})",
+                               param=prefix + name, code="unsupported_parameter")
 
 
 class StreamOptions(_Body):
@@ -74,6 +105,14 @@ class StreamOptions(_Body):
 
 
 class _Sampling(_Body):
+    """The fields that chat and text completions share (OpenAI's names, plus SGLang's and
+    vLLM's top_k and ignore_eos)."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+        "repetition_penalty": (1,), "logit_bias": (None, {}), "store": (None, False),
+    }
+
     model: str | None = None  # None: the served model
     max_tokens: int | None = Field(None, gt=0, le=INT64_MAX)
     temperature: float = Field(1.0, ge=0, le=2)
@@ -84,7 +123,19 @@ class _Sampling(_Body):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1, description="only one choice per request is supported")
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    # accepted and ignored: see IGNORED_FIELDS
+    user: str | None = None
+    safety_identifier: str | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    # not yet: see NOT_YET
+    n: int = Field(1, ge=1, le=INT64_MAX)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    logit_bias: dict[str, float] | None = None
+    store: bool | None = None
 
     @property
     def asked_max_tokens(self) -> int | None:
@@ -93,23 +144,40 @@ class _Sampling(_Body):
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
         """The engine's parameters; max_tokens None leaves the limit to the scheduler."""
-        # A temperature too small to divide the logits by is greedy in effect: send it as such.
-        temperature = self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
-        try:
-            max_tokens = self.asked_max_tokens or default_max_tokens
-            return SamplingParams(temperature, self.top_k, self.top_p, self.ignore_eos, max_tokens)
-        except ValueError as e:
-            raise ApiError(400, str(e), param="top_k" if "top_k" in str(e) else None) from None
+        return make_sampling_params(self.temperature, self.top_k, self.top_p, self.ignore_eos,
+                                    self.asked_max_tokens or default_max_tokens, self.seed)
 
-    def check_limits(self, limits: RequestLimits) -> None:
-        """The checks that need the engine's numbers (ApiError 400 naming the field)."""
-        if not (self.top_k == -1 or 1 <= self.top_k <= limits.vocab_size):
-            raise ApiError(400, f"top_k must be -1 (off) or in [1, {limits.vocab_size}] (the "
-                                f"vocabulary size), got {self.top_k}", param="top_k")
+    def check(self, limits: RequestLimits | None) -> None:
+        """The checks beyond each field's own type and range (ApiError 400 naming the field);
+        those that need the engine's numbers only when `limits` are given."""
+        self.check_not_yet()
+        if self.stream_options is not None and not self.stream:
+            raise ApiError(400, "'stream_options' is only allowed with 'stream': true",
+                           param="stream_options")
+        if limits is not None:
+            limits.check_top_k(self.top_k, "top_k")
 
     @property
     def stop_strings(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return stop_list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+def make_sampling_params(temperature: float, top_k: int, top_p: float, ignore_eos: bool,
+                         max_tokens: int | None, seed: int | None) -> SamplingParams:
+    # A temperature too small to divide the logits by is greedy in effect: send it as such.
+    temperature = temperature if temperature >= MIN_TEMPERATURE else 0.0
+    try:
+        return SamplingParams(temperature, top_k, top_p, ignore_eos, max_tokens, seed=seed)
+    except ValueError as e:
+        raise ApiError(400, str(e), param="top_k" if "top_k" in str(e) else None) from None
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
 
 
 class TextPart(_Body):
@@ -120,6 +188,10 @@ class TextPart(_Body):
 class ChatMessage(_Body):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[TextPart]
+    # accepted and ignored: a participant's name, and the call a tool's answer belongs to (the
+    # chat templates here render only roles and contents)
+    name: str | None = None
+    tool_call_id: str | None = None
 
     @property
     def text(self) -> str:
@@ -129,8 +201,13 @@ class ChatMessage(_Body):
 
 
 class ChatCompletionRequest(_Sampling):
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_Sampling.NOT_YET, "logprobs": (None, False), "top_logprobs": (None, 0)}
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, gt=0, le=INT64_MAX)  # newer max_tokens
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
     @property
     def asked_max_tokens(self) -> int | None:
@@ -139,13 +216,22 @@ class ChatCompletionRequest(_Sampling):
     def chat(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.text} for m in self.messages]
 
-    def check_limits(self, limits: RequestLimits) -> None:
-        super().check_limits(limits)
-        limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
+    def check(self, limits: RequestLimits | None) -> None:
+        super().check(limits)
+        if limits is not None:
+            limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
 
 
 class CompletionRequest(_Sampling):
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_Sampling.NOT_YET, "logprobs": (None,), "echo": (False,), "best_of": (None, 1),
+        "suffix": (None,)}
+
     prompt: str | list[int] | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False
+    best_of: int | None = Field(None, ge=1, le=INT64_MAX)
+    suffix: str | None = None
 
     def one_prompt(self) -> str | list[int]:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
@@ -156,21 +242,61 @@ class CompletionRequest(_Sampling):
             raise ApiError(400, "the prompt is empty", param="prompt")
         return self.prompt  # type: ignore[return-value]
 
-    def check_limits(self, limits: RequestLimits) -> None:
-        super().check_limits(limits)
+    def check(self, limits: RequestLimits | None) -> None:
+        super().check(limits)
         prompt = self.one_prompt()
+        if limits is None:
+            return
         if isinstance(prompt, str):
             limits.check_chars(len(prompt), "prompt")
         else:
             limits.check_ids(prompt, "prompt")
 
 
-class GenerateRequest(_Sampling):
-    """SGLang-style /generate: a prompt text or token ids; greedy unless told otherwise."""
+class GenerateSamplingParams(_Body):
+    """`sampling_params` of SGLang's /generate, with SGLang's names and defaults."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+        "repetition_penalty": (1,), "min_p": (0,), "min_new_tokens": (0,),
+        "stop_token_ids": (None, []), "skip_special_tokens": (True,),
+        "spaces_between_special_tokens": (True,), "no_stop_trim": (False,),
+        "json_schema": (None,), "regex": (None,), "ebnf": (None,),
+    }
+
+    max_new_tokens: int = Field(GENERATE_DEFAULT_MAX_NEW_TOKENS, gt=0, le=INT64_MAX)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, le=INT64_MAX)
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    sampling_seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    # not yet: see NOT_YET
+    n: int = Field(1, ge=1, le=INT64_MAX)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    min_p: float = Field(0.0, ge=0, le=1)
+    min_new_tokens: int = Field(0, ge=0, le=INT64_MAX)
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+
+
+class GenerateRequest(_Body):
+    """SGLang's /generate: one prompt, as text or token ids, and SGLang's sampling_params."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {"return_logprob": (False,)}
 
     text: str | None = None
     input_ids: list[int] | None = None
-    temperature: float = Field(0.0, ge=0, le=2)
+    sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
+    stream: bool = False
+    return_logprob: bool = False
 
     def one_prompt(self) -> str | list[int]:
         if (self.text is None) == (self.input_ids is None):
@@ -179,9 +305,22 @@ class GenerateRequest(_Sampling):
             raise ApiError(400, "'input_ids' is empty", param="input_ids")
         return self.text if self.text is not None else self.input_ids  # type: ignore[return-value]
 
-    def check_limits(self, limits: RequestLimits) -> None:
+    def to_sampling_params(self) -> SamplingParams:
+        p = self.sampling_params
+        return make_sampling_params(p.temperature, p.top_k, p.top_p, p.ignore_eos,
+                                    p.max_new_tokens, p.sampling_seed)
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return stop_list(self.sampling_params.stop)
+
+    def check(self, limits: RequestLimits | None) -> None:
         prompt = self.one_prompt()
-        super().check_limits(limits)
+        self.check_not_yet()
+        self.sampling_params.check_not_yet("sampling_params.")
+        if limits is None:
+            return
+        limits.check_top_k(self.sampling_params.top_k, "sampling_params.top_k")
         if isinstance(prompt, str):
             limits.check_chars(len(prompt), "text")
         else:
@@ -195,8 +334,7 @@ def parse_body(cls: type[T], body: bytes, limits: RequestLimits | None = None) -
         req = cls.model_validate_json(body)
     except ValidationError as e:
         raise _error_for(e) from None
-    if limits is not None:
-        req.check_limits(limits)  # type: ignore[attr-defined]
+    req.check(limits)  # type: ignore[attr-defined]
     return req
 
 
@@ -210,6 +348,9 @@ def _error_for(e: ValidationError) -> ApiError:
     tags = [i for i, part in enumerate(first["loc"]) if _is_type_tag(part)]
     loc = first["loc"][: tags[0]] if tags else first["loc"]
     where = ".".join(str(part) for part in loc)
+    if first["type"] == "extra_forbidden":
+        return ApiError(400, f"'{where}' is not a field this server supports", param=where,
+                        code="unsupported_parameter")
     if len(loc) < len(first["loc"]):
         return ApiError(400, f"'{where}' has a type this field does not allow", param=where)
     if not where:

@@ -30,6 +30,10 @@ from minisgl.message import (
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
+# >>> ch14
+from minisgl.utils.proctitle import set_process_title
+
+# <<< ch14
 from .detokenize import IncrementalDetokenizer
 from .tokenize import Tokenizer, load_tokenizer
 
@@ -53,6 +57,9 @@ def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_
                     ready_addr: str, name: str = "tokenizer") -> None:
     """Entry point of a tokenizer process: requests in, token ids out to the scheduler."""
     setup_worker_process()
+    # >>> ch14
+    set_process_title(name)
+    # <<< ch14
     ready = PushQueue(ready_addr)
     tokenizer = _load_or_report(model_dir, ready, name)
     recv, to_backend, to_frontend = PullQueue(recv_addr), PushQueue(backend_addr), \
@@ -115,6 +122,9 @@ class DetokenizeManager:
 def detokenize_worker(model_dir: str, recv_addr: str, frontend_addr: str, ready_addr: str) -> None:
     """Entry point of the detokenizer process: each step's tokens in, text pieces out."""
     setup_worker_process()
+    # >>> ch14
+    set_process_title("detokenizer")
+    # <<< ch14
     ready = PushQueue(ready_addr)
     manager = DetokenizeManager(_load_or_report(model_dir, ready, "detokenizer"))
     recv, to_frontend = PullQueue(recv_addr), PushQueue(frontend_addr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from minisgl.env import load_env
@@ -32,3 +33,14 @@ def init_logger(name: str) -> logging.Logger:
         logger.propagate = False
     logger.setLevel(load_env().log_level)
     return logger
+# >>> ch14
+
+
+def set_log_level(level: str) -> None:
+    """Change the level of every logger of this process, and of the processes it starts later
+    (they read MINISGL_LOG_LEVEL): `--log-level`."""
+    os.environ["MINISGL_LOG_LEVEL"] = level
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if name.startswith("minisgl") and isinstance(logger, logging.Logger):
+            logger.setLevel(level)
+# <<< ch14
