@@ -28,8 +28,10 @@ from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
+from minisgl.utils.logger import set_log_level
 from minisgl.utils.misc import MinisglError, run_main
 from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
+from minisgl.utils.proctitle import set_process_title
 
 from .args import FlagError, ServerArgs, parse_args
 
@@ -166,7 +168,10 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     # SIGTERM unwinds through the `finally` below like Ctrl-C does; uvicorn hands the signal
     # back to this handler after its own graceful shutdown.
     signal.signal(signal.SIGTERM, _stop_requested)
+    set_process_title("shell" if run_shell else "api-server")
     sock = None if run_shell else bind_http_socket(args.host, args.port)
+    if args.log_level is not None:  # the workers read it when they start
+        set_log_level(args.log_level)
     if run_shell:  # keep the workers' INFO lines out of the conversation
         os.environ.setdefault("MINISGL_LOG_LEVEL", "WARNING")
     for folder in remove_stale_ipc_dirs():
@@ -202,15 +207,14 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None
     from minisgl.message.client import FrontendClient
 
     from .api_server import ApiServer, create_app
-    from .guard import loopback_hosts
 
     client = FrontendClient(addrs.tokenizers, addrs.frontend)
-    names = [args.model_name, args.model_path]
-    app = create_app(client, names, max_body_bytes=args.max_body_bytes,
-                     allowed_hosts=loopback_hosts(args.host, args.port))
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    logger.info("serving %s on http://%s:%d (OpenAI API at /v1)", args.model_name, args.host,
-                args.port)
+    app = create_app(client, args)
+    # uvicorn's own lines (one per request at INFO) only when debugging
+    config = uvicorn.Config(app, log_level="debug" if args.log_level == "DEBUG" else "warning",
+                            timeout_graceful_shutdown=5)
+    logger.info("serving %s on http://%s:%d (OpenAI API at /v1)",
+                args.served_model_name or args.model_name, args.host, args.port)
     ApiServer(config, client).run(sockets=[sock])
 
 
