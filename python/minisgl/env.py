@@ -38,6 +38,9 @@ class EnvSettings:
     # MINISGL_DISABLE_OVERLAP_SCHEDULING (the official name): read each step's tokens before
     # launching the next one (chapter 16)
     disable_overlap_scheduling: bool
+    # MINISGL_DUMMY_WEIGHT: LLM() uses random weights when not told otherwise (to run scripts
+    # that name a model whose weights are not here, such as the official bench.py)
+    dummy_weight: bool
     # <<< ch16
     # >>> ch14
     shell_max_tokens: int  # MINISGL_SHELL_MAX_TOKENS: longest answer in `--shell`
@@ -61,6 +64,7 @@ def load_env() -> EnvSettings:
         disable_cuda_ext=_flag("MINISGL_DISABLE_CUDA_EXT", False),
         # >>> ch16
         disable_overlap_scheduling=_flag("MINISGL_DISABLE_OVERLAP_SCHEDULING", False),
+        dummy_weight=_flag("MINISGL_DUMMY_WEIGHT", False),
         # <<< ch16
         # >>> ch14
         shell_max_tokens=int(os.environ.get("MINISGL_SHELL_MAX_TOKENS", "512")),

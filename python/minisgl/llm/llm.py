@@ -6,6 +6,9 @@ plain text (encoded as is, no chat template) or token-id lists.
 
 from __future__ import annotations
 
+# >>> ch16
+import dataclasses
+# <<< ch16
 import sys
 from typing import Any
 
@@ -14,15 +17,64 @@ from tqdm import tqdm
 
 from minisgl.core import SamplingParams, TokenOutput
 from minisgl.engine.config import default_device, resolve_dtype
+# >>> ch16
+from minisgl.env import load_env
+# <<< ch16
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
 
 
+# >>> ch16
+# The official mini-sglang's keyword names (EngineConfig / SchedulerConfig at 20fcd7f) and ours,
+# so that scripts written for it, such as its benchmark/offline/bench.py, run unchanged.
+OFFICIAL_KWARGS = {
+    "max_running_req": "max_running_reqs",
+    "max_seq_len_override": "max_seq_len",
+    "num_page_override": "num_pages",
+    "max_extend_tokens": "max_prefill_length",
+    "use_dummy_weight": "dummy_weight",
+}
+# Official keywords with no counterpart in this single-process offline API.
+UNSUPPORTED_KWARGS = {
+    "tp_info": "LLM runs one process; tensor parallelism is the server's --tp",
+    "cuda_graph_bs": "the captured batch sizes follow a ladder up to cuda_graph_max_bs",
+    "use_pynccl": "there is no custom NCCL layer here",
+    "distributed_timeout": "LLM runs one process",
+    "offline_mode": "LLM is always offline",
+}
+
+
+def config_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of LLM -> SchedulerConfig fields: official names are translated, ours
+    pass through, anything else is a TypeError that says what is accepted."""
+    fields = {f.name for f in dataclasses.fields(SchedulerConfig)} - {"model_path", "dtype",
+                                                                      "device"}
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in UNSUPPORTED_KWARGS:
+            raise TypeError(f"LLM() does not support {key!r}: {UNSUPPORTED_KWARGS[key]}")
+        name = OFFICIAL_KWARGS.get(key, key)
+        if name not in fields:
+            raise TypeError(f"LLM() got an unexpected keyword argument {key!r}; it accepts "
+                            f"{', '.join(sorted(fields | set(OFFICIAL_KWARGS)))}")
+        if name in out:
+            raise TypeError(f"LLM() got {key!r} and another name for the same setting")
+        out[name] = value
+    return out
+
+
+# <<< ch16
 class LLM:
     def __init__(self, model_path: str, dtype: str | torch.dtype = "auto",
                  device: str | None = None, **kwargs: Any) -> None:
         device = device or default_device()
+        # >>> ch16
+        kwargs = config_kwargs(kwargs)
+        # MINISGL_DUMMY_WEIGHT=1: random weights without a code change (the official bench.py
+        # names Qwen/Qwen3-0.6B, whose weights this package does not bundle)
+        kwargs.setdefault("dummy_weight", load_env().dummy_weight)
+        # <<< ch16
         path = resolve_model(model_path, dummy_weight=kwargs.get("dummy_weight", False))
         self.tokenizer = load_tokenizer(path)
         config = SchedulerConfig(model_path=str(path), dtype=resolve_dtype(dtype, device),
