@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import base64
 import fcntl
+import io
 import json
 import os
 import re
@@ -30,7 +31,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 
 from tqdm import tqdm
@@ -109,15 +110,27 @@ def _build_qwen3_moe(out: Path, scratch: Path, progress: _Progress) -> None:
 
 
 class _Progress:
-    """One tqdm bar on stderr over the named steps of a build."""
+    """One tqdm bar on stderr over the named steps of a build.
+
+    What a step itself writes to sys.stderr (transformers draws bars of its own while it loads
+    and dequantises the GGUF file) is held back, so that the two never share a line; it is
+    shown if the step fails."""
 
     def __init__(self, title: str, steps: int) -> None:
-        self.bar = tqdm(total=steps, desc=title, file=sys.stderr, unit="step")
+        self.stderr = sys.stderr
+        self.bar = tqdm(total=steps, desc=title, file=self.stderr, unit="step")
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         self.bar.set_postfix_str(name)
-        yield
+        held = io.StringIO()
+        try:
+            with redirect_stderr(held):
+                yield
+        except BaseException:
+            self.bar.clear()
+            self.stderr.write(held.getvalue())
+            raise
         self.bar.update()
 
 
