@@ -44,8 +44,13 @@ class DecodeConfig:
 # The config for batches of up to `max_batch` requests: the first row that fits is used. Put the
 # tuning sweep's winners here, one row per batch-size range (the last row covers the rest).
 DECODE_CONFIGS: list[tuple[int, DecodeConfig]] = [
-    (1 << 31, DecodeConfig(block_n=64, num_warps=4, num_stages=2, programs_per_sm=2.0,
-                           max_splits=32)),
+    # Measured on the H200 with benchmarks/tune_decode_attention.py (2026-12-02; the table it
+    # printed is in benchmarks/results/h200_tune_decode_attention.txt).
+    (1, DecodeConfig(block_n=64, num_warps=4, num_stages=2, programs_per_sm=4.0, max_splits=64)),
+    (4, DecodeConfig(block_n=64, num_warps=2, num_stages=3, programs_per_sm=4.0, max_splits=64)),
+    (16, DecodeConfig(block_n=128, num_warps=4, num_stages=2, programs_per_sm=1.0, max_splits=64)),
+    (1 << 31, DecodeConfig(block_n=64, num_warps=2, num_stages=3, programs_per_sm=1.0,
+                           max_splits=64)),
 ]
 
 
