@@ -21,6 +21,8 @@ from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.scheduler import NOT_READ
 
 VOCAB = 320  # tests/test_ch03_models.py's TINY config
+# On a GPU the same tests run the real thing: Triton attention, CUDA graphs, the step in flight.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def tiny_qwen3(tmp_path_factory):
 def make_scheduler(model_dir, monkeypatch, overlap: bool, **overrides) -> Scheduler:
     monkeypatch.setenv("MINISGL_DISABLE_OVERLAP_SCHEDULING", "0" if overlap else "1")
     config = dict(model_path=str(model_dir), page_size=4, num_pages=128, max_running_reqs=16,
-                  seed=0)
+                  seed=0, device=DEVICE)
     sched = Scheduler(SchedulerConfig(**{**config, **overrides}))
     assert sched.overlap == overlap
     return sched

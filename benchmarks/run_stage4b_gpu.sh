@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Chapter 16 (overlap scheduling) on one GPU, in one command of at most ~9 min:
+#
+#   bash benchmarks/run_stage4b_gpu.sh
+#
+# Needs the bundled Qwen3-0.6B config and tokenizer in .cache/models/Qwen/Qwen3-0.6B (carry .cache,
+# as for benchmarks/run_stage4_gpu.sh). Writes $OUT/<step>.txt for each step (OUT defaults to
+# /tmp/stage4b) and $OUT/summary.txt. Every step has a time limit, and a failing or timed-out step
+# does not stop the ones after it. STEPS="name ..." runs only the named steps (a second call when
+# the first one ran out of time). OFFICIAL_BENCH=/path/to/bench.py (the official mini-sglang's
+# benchmark/offline/bench.py, unchanged) adds a step that runs it with MINISGL_DUMMY_WEIGHT=1.
+set -u
+OUT=${OUT:-/tmp/stage4b}
+mkdir -p "$OUT"
+export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DEADLINE=$((SECONDS + 540))  # the whole script; each step also gets at most what is left
+NOISE='Loading weights|Writing model shards|generation_config|^\s*$|profiler_st'
+
+MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
+MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)' 2>&1)"
+MACHINE+=$'\n'"commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "$MACHINE"
+[ -d .cache/models/Qwen/Qwen3-0.6B ] || echo "WARNING: .cache/models/Qwen/Qwen3-0.6B is missing: the Qwen3 steps will fail"
+
+# step NAME LIMIT_S COMMAND...: run COMMAND under a time limit, output to the screen and $OUT/NAME.txt
+step() {
+  local name=$1 limit=$2
+  shift 2
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+    return
+  fi
+  local left=$((DEADLINE - SECONDS))
+  ((left < limit)) && limit=$left
+  if ((limit < 20)); then
+    echo "+++ $name: skipped, the script's time is up" | tee "$OUT/$name.txt"
+    return
+  fi
+  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
+  {
+    echo "\$ $*"
+    echo "$MACHINE"
+    timeout -k 10 "$limit" "$@" 2>&1
+    local rc=$?
+    ((rc == 124 || rc == 137)) && echo "TIMED OUT after $limit s"
+    echo "exit status $rc"
+  } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
+}
+OFF="env MINISGL_DISABLE_OVERLAP_SCHEDULING=1"
+
+# 1. The official workload (Qwen3-0.6B, random bf16 weights, 256 requests, 133,966 output tokens)
+# with overlap on: throughput, HF transformers in the same run (every request, 64 new tokens,
+# extended to the longest output), and the profile of 50 steady decode steps (GPU busy fraction,
+# host time per step). The issue's bars: >= 17,500 tok/s, >= 25x HF, GPU busy >= 90%.
+step official_overlap 240 python -m minisgl.benchmark.offline --official --compare-hf --profile
+# 2. The same workload and profile with overlap off, for the side-by-side figures.
+step official_no_overlap 150 $OFF python -m minisgl.benchmark.offline --official --profile
+# 3. ms per decode step through the scheduler, CUDA graphs, batch 1 and 64, overlap on and off
+# (target <= 1.0 ms at batch 1).
+step decode_latency_overlap 100 python benchmarks/decode_latency.py --graphs-only
+step decode_latency_no_overlap 100 $OFF python benchmarks/decode_latency.py --graphs-only
+# 4. Chapter 16's tests on CUDA: overlap on == off token for token through Triton + CUDA graphs,
+# EOS found one step late, aborts, retraction; the sampler on the GPU against the CPU.
+step test_ch16_gpu 150 python -m pytest -q -p no:cacheprovider -rs tests/test_ch16_overlap.py \
+  tests/test_ch16_sampler.py tests/test_ch16_official.py
+# 5. Optional: the official bench.py itself, unchanged.
+if [ -n "${OFFICIAL_BENCH:-}" ]; then
+  step official_bench_py 150 env MINISGL_DUMMY_WEIGHT=1 python "$OFFICIAL_BENCH"
+fi
+
+echo "+++ [$SECONDS s] summary" | tee "$OUT/summary.txt"
+grep -s -H -E "passed|failed|error|requests,|^round|^minisgl |^transformers |speedup|^profile:|ms/step|target|Throughput|TIMED OUT|exit status|skipped" \
+  "$OUT"/official_overlap.txt "$OUT"/official_no_overlap.txt "$OUT"/decode_latency_overlap.txt \
+  "$OUT"/decode_latency_no_overlap.txt "$OUT"/test_ch16_gpu.txt "$OUT"/official_bench_py.txt \
+  2>&1 | tee -a "$OUT/summary.txt"
