@@ -143,7 +143,7 @@ UNSUPPORTED = [  # (path, body, the field the 400 must name)
                                                   "tool_calls": []}]}),
         ("ünïcödé 字段", {"ünïcödé 字段": 1}), ("seed", {"seed": 1 << 63}),
         ("seed", {"seed": -(1 << 63) - 1}), ("seed", {"seed": 1.5}), ("seed", {"seed": "7"}),
-        ("n", {"n": "2"}), ("user", {"user": 5}), ("metadata", {"metadata": {"a": 1}}),
+        ("n", {"n": "2"}), ("user", {"user": 5}), ("metadata.a", {"metadata": {"a": 1}}),
         ("presence_penalty", {"presence_penalty": 1e308}),
         ("top_logprobs", {"top_logprobs": -1})]],
     *[("/v1/completions", {**PROMPT, **extra}, name) for name, extra in [
@@ -154,7 +154,7 @@ UNSUPPORTED = [  # (path, body, the field the 400 must name)
     *[("/generate", {**GEN, **extra}, name) for name, extra in [
         ("max_tokens", {"max_tokens": 3}), ("temperature", {"temperature": 0}),
         ("return_logprob", {"return_logprob": True}), ("rid", {"rid": "abc"}),
-        ("text", {"text": ["a", "b"]}), ("input_ids", {"text": None, "input_ids": [[1, 2]]}),
+        ("text", {"text": ["a", "b"]}), ("input_ids.0", {"text": None, "input_ids": [[1, 2]]}),
         ("sampling_params.max_tokens", {"sampling_params": {"max_tokens": 2}}),
         ("sampling_params.n", {"sampling_params": {"n": 2}}),
         ("sampling_params.regex", {"sampling_params": {"regex": "a+"}}),
@@ -245,9 +245,10 @@ def test_include_usage_on_chat_and_completion_streams(client):
 
 @pytest.mark.parametrize("auth", [None, "", "Bearer", "Bearer ", f"bearer {KEY}", KEY,
                                   f"Bearer {KEY[:-1]}", f"Bearer {KEY}x", f"Bearer  {KEY}",
-                                  f"Bearer {KEY} ", f"Basic {KEY}", "Bearer ключ",
+                                  f"Basic {KEY}", "Bearer ключ",
                                   "Bearer " + "a" * 10000])
 def test_a_missing_or_wrong_key_is_401_everywhere_but_health(server, auth):
+    # (not tried: trailing spaces, which HTTP strips from every header value before the app)
     headers = {} if auth is None else {"Authorization": auth}
     for method, path, body in [("GET", "/v1/models", None), ("GET", "/metrics", None),
                                ("POST", "/generate", GEN), ("POST", "/v1/completions", PROMPT),
