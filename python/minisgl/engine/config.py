@@ -45,6 +45,10 @@ class EngineConfig:
     # None: 256, or max_running_reqs when smaller; 0: never.
     cuda_graph_max_bs: int | None = None
     # <<< ch15
+    # >>> ch21
+    trace_dir: str | None = None  # record FlashInfer Trace workloads into this folder (ch. 21)
+    trace_set: str | None = None  # apply the fastest verified solutions of this set (ch. 22)
+    # <<< ch21
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

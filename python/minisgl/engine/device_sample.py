@@ -24,6 +24,10 @@ from minisgl.utils.transfer import to_device
 
 from .sample import top_k_top_p_filter
 
+# >>> ch21
+from minisgl.trace.runtime import traced
+# <<< ch21
+
 MASK32 = 0xFFFFFFFF
 
 
@@ -66,6 +70,17 @@ def inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor, fallback: torch.Ten
     return torch.where(ok, token, fallback)
 
 
+# >>> ch21
+@traced("sampling")
+def sample_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                       u: torch.Tensor) -> torch.Tensor:
+    """Tokens [B] from temperature-scaled logits [B, V] cut to each row's top-k / top-p set,
+    drawn with the row's uniform number u (the op chapter 21 records as a Definition)."""
+    filtered = top_k_top_p_filter(logits, top_k, top_p)
+    return inverse_cdf_sample(filtered.softmax(dim=-1), u, fallback=logits.argmax(dim=-1))
+
+
+# <<< ch21
 class DeviceSampler:
     """Per-row sampling parameters on the device, and the batched draw over them."""
 
@@ -117,8 +132,17 @@ class DeviceSampler:
         # Penalties (presence, frequency, repetition) would adjust `logits` here, row by row,
         # before the temperature; log-probabilities would be read from these logits too.
         scaled = logits / self.temperature[rows].unsqueeze(1)
-        if bool(self.filtered_host[rows_host].any()):
-            scaled = top_k_top_p_filter(scaled, self.top_k[rows], self.top_p[rows])
+        # >>> before ch21
+        # if bool(self.filtered_host[rows_host].any()):
+        #     scaled = top_k_top_p_filter(scaled, self.top_k[rows], self.top_p[rows])
+        # u = uniform_from(self.seed32[rows], positions)
+        # sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
+        # <<< before ch21
+        # >>> ch21
         u = uniform_from(self.seed32[rows], positions)
-        sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
+        if bool(self.filtered_host[rows_host].any()):  # one traced op (chapter 21)
+            sampled = sample_top_k_top_p(scaled, self.top_k[rows], self.top_p[rows], u)
+        else:
+            sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
+        # <<< ch21
         return torch.where(self.greedy[rows], greedy, sampled)

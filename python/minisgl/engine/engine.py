@@ -37,6 +37,10 @@ from .device_sample import DeviceSampler
 from .graph import GraphRunner, cuda_graph_sizes
 
 # <<< ch15
+# >>> ch21
+from minisgl.trace.session import trace_session
+
+# <<< ch21
 
 logger = init_logger(__name__)
 
@@ -58,6 +62,13 @@ class ForwardOutput:
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        # >>> ch21
+        # FlashInfer Trace (chapters 21-22): record workloads and/or apply the fastest verified
+        # solutions; installed before the model runs or any CUDA graph is captured.
+        self.trace = trace_session(config)
+        if self.trace is not None:
+            config = self.trace.engine_config  # with the attention backend apply chose
+        # <<< ch21
         self.config = config
         self.device = torch.device(config.device)
         self.model_config = ModelConfig.from_path(config.model_path)
@@ -159,3 +170,8 @@ class Engine:
 
     def shutdown(self) -> None:
         set_global_ctx(None)
+        # >>> ch21
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
+        # <<< ch21

@@ -29,6 +29,11 @@ from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.models.base import CausalLM
 from minisgl.utils import init_logger
 
+# >>> ch21
+from minisgl.trace.runtime import pause_recording, resume_recording, wants_eager
+
+# <<< ch21
+
 logger = init_logger(__name__)
 
 DEFAULT_MAX_BS = 256  # cuda_graph_max_bs None: this, or max_running_reqs when that is smaller
@@ -107,6 +112,10 @@ class GraphRunner:
             self.batches[bs] = batch
 
     def can_run(self, batch: Batch) -> bool:
+        # >>> ch21
+        if wants_eager(batch):  # a trace capture records this step outside the graph (ch. 21)
+            return False
+        # <<< ch21
         return not batch.is_prefill and bool(self.sizes) and batch.size <= self.sizes[-1]
 
     def load(self, batch: Batch) -> int:
@@ -133,6 +142,9 @@ class GraphRunner:
     def capture(self) -> None:
         if not self.sizes:
             return
+        # >>> ch21
+        pause_recording()  # the warm-up and recorded batches are padding, not workloads
+        # <<< ch21
         device = self.logits.device
         torch.cuda.synchronize(device)
         free_before = torch.cuda.mem_get_info(device)[0]
@@ -147,6 +159,9 @@ class GraphRunner:
                 self.forward_padded(bs)
             self.graphs[bs] = graph
         torch.cuda.synchronize(device)
+        # >>> ch21
+        resume_recording()
+        # <<< ch21
         used = free_before - torch.cuda.mem_get_info(device)[0]
         logger.info("CUDA graphs: captured %d decode batch sizes (%s) in %.1f s, using %.0f MiB",
                     len(self.sizes), ", ".join(map(str, self.sizes)), time.perf_counter() - start,

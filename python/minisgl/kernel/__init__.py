@@ -19,8 +19,15 @@ from types import ModuleType
 from minisgl.env import load_env
 
 # <<< ch20
+# >>> ch21
+from minisgl.trace.runtime import traced
+
+# <<< ch21
 
 
+# >>> ch21
+@traced("store_kv")
+# <<< ch21
 def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor) -> None:
     """Write the new tokens' K and V rows into the KV pool at slots `indices`."""
@@ -35,6 +42,9 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     torch_ops.store_cache(k_cache, v_cache, indices, k, v)
 
 
+# >>> ch21
+@traced("embedding")
+# <<< ch21
 def indexing(weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
              length: int | None = None) -> torch.Tensor:
     """Embedding lookup of a (possibly vocabulary-sharded) table; see torch_ops.indexing."""

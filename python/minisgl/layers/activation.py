@@ -9,8 +9,15 @@ import torch.nn.functional as F
 from minisgl.kernel import triton_for
 
 # <<< ch20
+# >>> ch21
+from minisgl.trace.runtime import traced
+
+# <<< ch21
 
 
+# >>> ch21
+@traced("silu_and_mul")
+# <<< ch21
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     # >>> ch20
     if (fused := triton_for(x)) is not None:  # on a GPU: one Triton kernel (chapter 20)

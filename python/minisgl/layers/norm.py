@@ -8,6 +8,10 @@ import torch
 from minisgl.kernel import triton_for
 
 # <<< ch20
+# >>> ch21
+from minisgl.trace.runtime import traced
+
+# <<< ch21
 from .base import BaseOP
 
 
@@ -28,6 +32,9 @@ class RMSNorm(BaseOP):
         self.weight = torch.empty(size)
         self.eps = eps
 
+    # >>> ch21
+    @traced("rmsnorm")
+    # <<< ch21
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps)
 
@@ -39,6 +46,9 @@ class RMSNormFused(RMSNorm):
     itself becomes the residual. Fusing the add saves one pass over memory in a real kernel.
     """
 
+    # >>> ch21
+    @traced("fused_add_rmsnorm")
+    # <<< ch21
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         # >>> ch20

@@ -1,0 +1,118 @@
+"""apply (chapter 22): run each op with the fastest solution that passed on its shape bucket.
+
+`Applier.load(dir, device)` reads the Traces a benchmark wrote (bench.py). For every Definition
+and every shape bucket (the op's batch-like axis rounded up to a power of two, ops.OpSpec.bucket)
+it keeps the solutions whose every trace in that bucket is PASSED, and picks the one with the
+lowest mean latency. A solution with any failed trace in a bucket is never picked there; a
+bucket without a passing solution, or a call whose Definition or bucket the traces never saw,
+runs the engine's default code. The choices are logged once, when the engine starts.
+
+Attention is chosen once per engine, not per call: the torch and Triton backends keep different
+metadata for a whole batch. The traces of gqa_paged_decode (the step the engine repeats most)
+pick the backend, prefill's when there is no decode trace, and only when --attn is auto.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Callable
+
+import torch
+from flashinfer_bench.data import EvaluationStatus, TraceSet
+
+from minisgl.utils import init_logger
+
+from .ops import Call, OpSpec, spec_for
+from .solutions import ATTENTION_BACKEND, Impl, find
+
+logger = init_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Choice:
+    impl: Impl
+    latency_ms: float
+    speedup: float  # against the Definition's reference
+
+
+def best_per_bucket(trace_set: TraceSet, device: torch.device
+                    ) -> dict[str, dict[int, Choice]]:
+    """Definition name -> bucket -> the fastest solution that passed every workload there."""
+    table: dict[str, dict[int, Choice]] = {}
+    for name, definition in trace_set.definitions.items():
+        spec = spec_for(definition)
+        # (bucket, solution) -> its traces; a solution failing anywhere in a bucket is out
+        groups: dict[tuple[int, str], list] = defaultdict(list)
+        for trace in trace_set.traces.get(name, []):
+            if trace.solution is None or trace.evaluation is None:
+                continue
+            groups[(spec.bucket(trace.workload.axes), trace.solution)].append(trace)
+        choices: dict[int, Choice] = {}
+        for (bucket, solution), traces in sorted(groups.items()):
+            if any(t.evaluation.status != EvaluationStatus.PASSED for t in traces):
+                continue
+            impl = find(spec.op, solution.removeprefix(f"{name}_"))
+            if impl is None or not impl.available(device):
+                continue
+            latency = mean(t.evaluation.performance.latency_ms for t in traces)
+            speedup = mean(t.evaluation.performance.speedup_factor for t in traces)
+            if bucket not in choices or latency < choices[bucket].latency_ms:
+                choices[bucket] = Choice(impl, latency, speedup)
+        if choices:
+            table[name] = choices
+    return table
+
+
+class Applier:
+    def __init__(self, table: dict[str, dict[int, Choice]], source: str) -> None:
+        self.table = table
+        self.source = source
+
+    @classmethod
+    def load(cls, path: str | Path, device: torch.device) -> Applier:
+        trace_set = TraceSet.from_path(str(path))
+        if not any(trace_set.traces.values()):
+            raise ValueError(f"{path} holds no benchmark traces: run `python -m minisgl.trace "
+                             f"bench {path}` first")
+        applier = cls(best_per_bucket(trace_set, device), str(path))
+        applier.log_choices()
+        return applier
+
+    def choose(self, spec: OpSpec, call: Call) -> Callable | None:
+        if spec.op == "attention":
+            return None  # chosen once per engine (attention_backend)
+        buckets = self.table.get(spec.name(call))
+        if buckets is None:
+            return None
+        choice = buckets.get(spec.bucket(spec.axes(call)))
+        return choice.impl.fn if choice is not None else None
+
+    def attention_backend(self, configured: str) -> str:
+        """The backend the attention traces favour, when the engine was left to choose."""
+        decode = {n: c for n, c in self.table.items() if n.startswith("gqa_paged_decode")}
+        prefill = {n: c for n, c in self.table.items() if n.startswith("gqa_paged_prefill")}
+        source = decode or prefill
+        if configured != "auto" or not source:
+            return configured
+        votes: dict[str, float] = defaultdict(float)  # backend -> latency summed over buckets
+        counts: dict[str, int] = defaultdict(int)
+        for buckets in source.values():
+            for choice in buckets.values():
+                votes[choice.impl.suffix] += choice.latency_ms
+                counts[choice.impl.suffix] += 1
+        best = max(counts, key=lambda s: (counts[s], -votes[s]))  # wins most buckets
+        backend = ATTENTION_BACKEND.get(best, configured)
+        logger.info("apply: attention backend %s (fastest on %d of %d buckets of %s)", backend,
+                    counts[best], sum(counts.values()), ", ".join(source))
+        return backend
+
+    def log_choices(self) -> None:
+        lines = [f"apply: {len(self.table)} definitions from {self.source}"]
+        for name, buckets in sorted(self.table.items()):
+            picks = ", ".join(f"<={b}: {c.impl.suffix} {c.latency_ms:.4f} ms"
+                              for b, c in sorted(buckets.items()))
+            lines.append(f"  {name}: {picks}")
+        logger.info("\n".join(lines))
