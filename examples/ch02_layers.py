@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama as hf
@@ -40,4 +42,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    began = time.perf_counter()
     main()
+    print(f"took {time.perf_counter() - began:.1f} s")

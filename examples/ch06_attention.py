@@ -3,6 +3,8 @@ against the cached half, and compare the logits with a full forward pass without
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from minisgl.attention import create_attn_backend
@@ -26,6 +28,7 @@ def run(model, req: Req) -> torch.Tensor:
         return model.forward(batch.input_ids, batch.positions)
 
 
+began = time.perf_counter()
 path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
 model, tokenizer = load_model(path), load_tokenizer(path)
 mc = model.config
@@ -48,3 +51,4 @@ if __name__ == "__main__":
     print(f"{len(ids)} tokens: {half} prefilled, then {len(ids) - half} against the cached prefix")
     print(f"max |logit diff| vs one full forward: {(paged - full).abs().max():.2e}")
     print("next token:", repr(tokenizer.decode([int(paged[-1].argmax())])))
+    print(f"took {time.perf_counter() - began:.1f} s")

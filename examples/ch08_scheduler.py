@@ -3,6 +3,8 @@ added later joins the running batch; each leaves as soon as it is done."""
 
 from __future__ import annotations
 
+import time
+
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.tokenizer import load_tokenizer
@@ -41,4 +43,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    began = time.perf_counter()
     main()
+    print(f"took {time.perf_counter() - began:.1f} s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import time
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -102,4 +103,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    began = time.perf_counter()
     main()
+    print(f"took {time.perf_counter() - began:.1f} s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import shutil
+import time
 
 from minisgl.core import SamplingParams
 from minisgl.message import ReadyMsg, TokenizeMsg, UserReply
@@ -89,4 +90,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    began = time.perf_counter()
     main()
+    print(f"took {time.perf_counter() - began:.1f} s")

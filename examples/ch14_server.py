@@ -80,4 +80,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    began = time.perf_counter()
     main()
+    print(f"took {time.perf_counter() - began:.1f} s")

@@ -82,4 +82,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    began = time.perf_counter()
+    code = main()
+    print(f"took {time.perf_counter() - began:.1f} s")
+    sys.exit(code)

@@ -7,6 +7,7 @@ left to `python tools/check.py` (a minute or two per toolkit).
 """
 
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,6 +15,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import check  # noqa: E402
 import emu_kernels  # noqa: E402
 
+began = time.perf_counter()
 toolkits = check.find_toolkits()
 compiled = True
 for toolkit in toolkits:
@@ -26,4 +28,5 @@ if len(toolkits) < 2:
 print("CPU 模拟器上运行自检：", flush=True)
 passed = emu_kernels.run(ROOT / check.SELF_TEST)
 print("全部通过" if compiled and passed else "有失败")
+print(f"took {time.perf_counter() - began:.1f} s")
 sys.exit(0 if compiled and passed else 1)
