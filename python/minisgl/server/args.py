@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode batches up to this size run as CUDA graphs (GPU with triton "
                         "attention; None: 256 or --max-running-requests if smaller; 0: off)")
     # <<< ch15
+    # >>> ch21
+    p.add_argument("--trace-dir", default=None,
+                   help="record FlashInfer Trace workloads of every op into this folder while "
+                        "serving (python -m minisgl.trace bench DIR benchmarks them)")
+    p.add_argument("--trace-set", default=None,
+                   help="a benchmarked trace set: run each op with its fastest verified solution")
+    # <<< ch21
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
                         "size on a CPU)")
@@ -175,6 +182,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             # >>> ch15
             cuda_graph_max_bs=ns.cuda_graph_max_bs,
             # <<< ch15
+            # >>> ch21
+            trace_dir=ns.trace_dir, trace_set=ns.trace_set,
+            # <<< ch21
         )
     except ValueError as e:
         raise FlagError(str(e)) from None

@@ -12,6 +12,7 @@ the slots a call touches (ops.compact_slots). The folder is in the layout that
     definitions/<op_type>/<name>.json
     workloads/<op_type>/<name>.jsonl
     blob/workloads/<op_type>/<name>/<name>_<uuid>.safetensors   (and <name>_shared_<n>...)
+    blob/outputs/<op_type>/<name>/<name>_<uuid>.safetensors     what the engine computed
 
 CUDA graphs (chapter 15): a replay runs no Python, so nothing inside a graph can be recorded.
 Recording is paused while graphs are warmed up and captured (their batches are padding), and a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,20 @@ from .ops import Call, OpSpec, pow2_bucket
 logger = init_logger(__name__)
 
 
+@dataclass
+class Pending:
+    """A workload whose inputs are saved, waiting for the engine's outputs."""
+
+    definition: Definition
+    workload: Workload
+
+
+def output_path(root: Path, definition: Definition, workload_uuid: str) -> Path:
+    """Where the engine's outputs of a workload are (blob/outputs/..., as chapter 19's)."""
+    name = definition.name
+    return root / f"blob/outputs/{definition.op_type}/{name}/{name}_{workload_uuid}.safetensors"
+
+
 def host(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu").contiguous()
 
@@ -59,29 +75,40 @@ class Recorder:
         self.shared: dict[tuple, tuple[str, str]] = {}  # (def, input, ptr, shape) -> (path, key)
         self.decode_buckets: set[int] = set()  # batch-size buckets of recorded decode steps
         self.calls = 0  # op calls seen (recorded or not)
+        self.names_seen: set[str] = set()  # every Definition the engine ran
 
     # ------------------------------------------------------------------------------------------
-    def record(self, spec: OpSpec, call: Call) -> None:
+    def prepare(self, spec: OpSpec, call: Call) -> Pending | None:
+        """A call to keep (its inputs saved now, before the op runs), or None."""
         self.calls += 1
         name = spec.name(call)
+        self.names_seen.add(name)
         if self.counts.get(name, 0) >= self.max_per_definition:
-            return
+            return None
         axes = spec.axes(call)
         key = (name, spec.dedup_key(axes))
         if key in self.seen:
-            return
+            return None
         self.seen.add(key)
         definition = self.definitions.get(name)
         if definition is None:
             definition = self.definitions[name] = spec.definition(call)
             save_json_file(definition, self._path("definitions", definition, f"{name}.json"))
         workload = self._save_inputs(spec, definition, axes, spec.inputs(call))
-        line = Trace(definition=name, workload=workload).model_dump_json()
-        with open(self._path("workloads", definition, f"{name}.jsonl"), "a") as f:
-            f.write(line + "\n")
-        self.counts[name] = self.counts.get(name, 0) + 1
         if spec.op == "attention" and not call.keep:
             self.decode_buckets.add(pow2_bucket(axes["batch_size"]))
+        return Pending(definition, workload)
+
+    def commit(self, pending: Pending, outputs: tuple) -> None:
+        """Save what the engine computed, then list the workload."""
+        definition, workload = pending.definition, pending.workload
+        path, _ = self._blob(definition, workload.uuid, kind="outputs")
+        safetensors.torch.save_file(
+            {name: host(t) for name, t in zip(definition.outputs, outputs)}, str(path))
+        line = Trace(definition=definition.name, workload=workload).model_dump_json()
+        with open(self._path("workloads", definition, f"{definition.name}.jsonl"), "a") as f:
+            f.write(line + "\n")
+        self.counts[definition.name] = self.counts.get(definition.name, 0) + 1
 
     def wants_eager(self, batch_size: int) -> bool:
         """Should this decode step run eagerly (outside its CUDA graph) to be recorded?"""
@@ -96,8 +123,9 @@ class Recorder:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _blob(self, definition: Definition, stem: str) -> tuple[Path, str]:
-        rel = f"blob/workloads/{definition.op_type}/{definition.name}/{definition.name}_{stem}" \
+    def _blob(self, definition: Definition, stem: str, kind: str = "workloads"
+              ) -> tuple[Path, str]:
+        rel = f"blob/{kind}/{definition.op_type}/{definition.name}/{definition.name}_{stem}" \
               ".safetensors"
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +162,7 @@ class Recorder:
 
     def close(self) -> None:
         (self.root / "capture.json").write_text(json.dumps(
-            {"op_calls_seen": self.calls, "workloads": self.summary()}, indent=2) + "\n")
+            {"op_calls_seen": self.calls, "workloads": self.summary(),
+             "definitions_run": sorted(self.names_seen)}, indent=2) + "\n")
         logger.info("trace capture: %d workloads of %d definitions in %s",
                     sum(self.counts.values()), len(self.counts), self.root)

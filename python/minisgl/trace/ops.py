@@ -80,6 +80,11 @@ class OpSpec:
         """What the call site returns, from the canonical output of a solution."""
         return out
 
+    def outputs(self, call: Call, out: Any) -> tuple:
+        """The Definition's outputs from what the call site returned (saved with a workload,
+        so a test can check the reference against what the engine computed)."""
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
     # --- the Definition ----------------------------------------------------------------------
     def name(self, call: Call) -> str:
         raise NotImplementedError
@@ -253,6 +258,9 @@ class RopeOp(OpSpec):
         v = qkv[:, start:].view(-1, layer.num_kv_heads, layer.head_dim)
         return out[0], out[1], v
 
+    def outputs(self, call: Call, out: Any) -> tuple:
+        return out[0], out[1]
+
     def name(self, call: Call) -> str:
         h, kv, d, qw = call.args[4], call.args[5], call.args[6], call.args[7]
         return f"{'qk_norm_rope' if qw is not None else 'rope'}_h{h}_kv{kv}_d{d}"
@@ -319,6 +327,11 @@ def compact_slots(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class StoreKVOp(OpSpec):
     """kernel.store_cache(k_cache, v_cache, indices, k, v): writes the pool in place."""
 
+    def outputs(self, call: Call, out: Any) -> tuple:
+        k_cache, v_cache, indices = call.args[:3]
+        rows, _ = compact_slots(indices)
+        return k_cache[rows], v_cache[rows]
+
     def name(self, call: Call) -> str:
         k = call.args[3]
         return f"minisgl_store_kv_{dtype_name(k.dtype).replace('bfloat16', 'bf16')}" \
@@ -366,6 +379,9 @@ class EmbeddingOp(OpSpec):
 
     def finish(self, call: Call, out: Any) -> Any:
         return out.view(*call.args[1].shape, -1)
+
+    def outputs(self, call: Call, out: Any) -> tuple:
+        return (out.reshape(-1, out.shape[-1]),)
 
     def name(self, call: Call) -> str:
         w = call.args[0]

@@ -41,10 +41,10 @@ class Runtime:
         call = spec.site(*args, **kwargs)  # None: this call is not an instance of the op
         if call is None:
             return fn(*args, **kwargs)
-        recording = (self.recorder is not None and not self.paused
-                     and not _capturing_graph())
-        if recording and not spec.record_after:
-            self.recorder.record(spec, call)
+        recorder = (self.recorder if self.recorder is not None and not self.paused
+                    and not _capturing_graph() else None)
+        # The inputs are copied before the call: some ops (store_kv) write what they read.
+        pending = recorder.prepare(spec, call) if recorder and not spec.record_after else None
         chosen = self.applier.choose(spec, call) if self.applier is not None else None
         self.depth += spec.opaque
         try:
@@ -52,8 +52,11 @@ class Runtime:
                 fn(*args, **kwargs)
         finally:
             self.depth -= spec.opaque
-        if recording and spec.record_after:
-            self.recorder.record(spec, call)
+        if recorder is not None:
+            if spec.record_after:  # attention reads the K/V that its own store_kv wrote
+                pending = recorder.prepare(spec, call)
+            if pending is not None:
+                recorder.commit(pending, spec.outputs(call, out))
         return out
 
 
