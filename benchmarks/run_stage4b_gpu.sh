@@ -51,10 +51,13 @@ OFF="env MINISGL_DISABLE_OVERLAP_SCHEDULING=1"
 # 1. The official workload (Qwen3-0.6B, random bf16 weights, 256 requests, 133,966 output tokens)
 # with overlap on: throughput, HF transformers in the same run (every request, 64 new tokens,
 # extended to the longest output), and the profile of 50 steady decode steps (GPU busy fraction,
-# host time per step). The bars: >= 17,500 tok/s, >= 25x HF, GPU busy >= 90%.
-step official_overlap 240 python -m minisgl.benchmark.offline --official --compare-hf --profile
+# host time per step; a Chrome trace of the stretch in $OUT, for the chapter's timeline figure).
+# The bars: >= 17,500 tok/s, >= 25x HF, GPU busy >= 90%.
+step official_overlap 240 python -m minisgl.benchmark.offline --official --compare-hf --profile \
+  --profile-trace "$OUT/trace_overlap.json.gz"
 # 2. The same workload and profile with overlap off, for the side-by-side figures.
-step official_no_overlap 150 $OFF python -m minisgl.benchmark.offline --official --profile
+step official_no_overlap 150 $OFF python -m minisgl.benchmark.offline --official --profile \
+  --profile-trace "$OUT/trace_no_overlap.json.gz"
 # 3. ms per decode step through the scheduler, CUDA graphs, batch 1 and 64, overlap on and off
 # (target <= 1.0 ms at batch 1).
 step decode_latency_overlap 100 python benchmarks/decode_latency.py --graphs-only

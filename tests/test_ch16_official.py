@@ -8,6 +8,7 @@ page_size=256); its keywords are read from the official repository itself when a
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import subprocess
@@ -122,15 +123,18 @@ def test_the_official_workload():
     assert small.output_lens == [max(1, round(n * 0.05)) for n in work.output_lens[:4]]
 
 
-def test_official_benchmark_runs_small_with_a_profile(tiny_model, capsys):
+def test_official_benchmark_runs_small_with_a_profile(tiny_model, capsys, tmp_path):
+    trace = tmp_path / "trace.json"
     main(["--official", "--model", str(tiny_model), "--num-requests", "3", "--scale-lengths",
-          "0.02", "--profile", "--profile-steps", "2"])
+          "0.02", "--profile", "--profile-steps", "2", "--profile-trace", str(trace)])
     out = capsys.readouterr().out
     work = official_workload(3, 0.02)
     assert f"3 requests, {work.input_tokens} input and {work.output_tokens} output tokens" in out
     assert "round 1/1: minisgl" in out
     assert re.search(rf"^minisgl +{work.output_tokens} +[0-9.]+ +[0-9.]+", out, re.M)  # table
     assert "profile: 2 decode steps" in out and "GPU busy n/a (no GPU)" in out
+    names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    assert "decode_stretch" in names
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -167,9 +167,11 @@ class DecodeProfile:
     table: str  # torch.profiler's top operators
 
 
-def profile_decode(llm: LLM, work: Workload, steps: int) -> DecodeProfile:
+def profile_decode(llm: LLM, work: Workload, steps: int, trace: str | None = None
+                   ) -> DecodeProfile:
     """Run the workload until every request is prefilled and decoding, then record `steps`
-    decode steps with torch.profiler; the rest of the workload is then finished normally."""
+    decode steps with torch.profiler; the rest of the workload is then finished normally.
+    trace: also write the recorded stretch as a Chrome trace (.json or .json.gz) there."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     sched = llm.scheduler
@@ -190,6 +192,8 @@ def profile_decode(llm: LLM, work: Workload, steps: int) -> DecodeProfile:
     while sched.has_work:
         sched.step()
     sched.flush_cache()
+    if trace:
+        prof.export_chrome_trace(trace)
     events = prof.events()
     window = next(e for e in events if e.name == "decode_stretch").time_range
     wall_us = window.end - window.start
@@ -240,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="profile a steady stretch of decode steps (after the rounds)")
     parser.add_argument("--profile-steps", type=int, default=50)
+    parser.add_argument("--profile-trace", default=None,
+                        help="with --profile: write a Chrome trace of the stretch (.json[.gz])")
     args = parser.parse_args(argv)
     if args.scale_lengths <= 0 or args.scale_lengths > 1:
         parser.error("--scale-lengths must be in (0, 1]")
@@ -292,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         print(line, flush=True)
     print_table(work, ours_s, theirs)
     if args.profile:
-        prof = profile_decode(llm, work, args.profile_steps)
+        prof = profile_decode(llm, work, args.profile_steps, args.profile_trace)
         busy = "n/a (no GPU)" if prof.gpu_busy is None else f"{prof.gpu_busy:.1%}"
         print(f"profile: {prof.steps} decode steps of batch {prof.batch_size} "
               f"(overlap scheduling {overlap}): {prof.wall_ms / prof.steps:.3f} ms/step, "
