@@ -1,0 +1,124 @@
+"""Chapter 22: the benchmark grades every solution, and apply only ever picks verified ones.
+
+A planted solution that is fast but wrong (fused add + RMSNorm without the norm) must be graded
+INCORRECT_NUMERICAL and never chosen; one that raises is a RUNTIME_ERROR; torch and the
+interpreted Triton kernels PASS. With apply, greedy outputs equal those without it.
+"""
+
+from __future__ import annotations
+
+import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
+import pytest
+import torch
+from flashinfer_bench.data import EvaluationStatus, TraceSet
+
+from minisgl.core import SamplingParams
+from minisgl.trace import runtime
+from minisgl.trace.apply import Applier, best_per_bucket
+from minisgl.trace.bench import BenchConfig, bench
+from minisgl.trace.demo import chat_prompts
+from minisgl.trace.report import plot, rows, table
+from minisgl.trace.solutions import Impl, register, unregister
+
+
+def planted_norm(x, residual, weight, eps):
+    total = x + residual
+    return weight * total, total  # skips the normalisation: fast, and wrong
+
+
+def broken_silu(x):
+    raise RuntimeError("this solution always fails")
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory, smollm2_dir):
+    from minisgl.llm import LLM
+
+    root = tmp_path_factory.mktemp("trace")
+    llm = LLM(str(smollm2_dir), trace_dir=str(root), max_running_reqs=8)
+    prompts = chat_prompts(llm)[:3]  # short: the Triton kernels run interpreted
+    greedy = SamplingParams(max_tokens=3)
+    plain = llm.generate(prompts, greedy, use_tqdm=False)
+    llm.shutdown()
+    register(Impl("fused_add_rmsnorm", "planted", "python", planted_norm, "planted, wrong"))
+    register(Impl("silu_and_mul", "broken", "python", broken_silu, "planted, raises"))
+    try:
+        bench(root, BenchConfig("cpu", warmup=0, iters=1, trials=1, max_workloads=2,
+                                solutions=("torch", "triton", "planted", "broken"),
+                                definitions=("fused_add_rmsnorm", "silu_and_mul",
+                                             "minisgl_store_kv")))
+        yield root, prompts, greedy, plain
+    finally:
+        unregister("fused_add_rmsnorm", "planted")
+        unregister("silu_and_mul", "broken")
+
+
+def statuses(root, suffix):
+    ts = TraceSet.from_path(str(root))
+    return {t.evaluation.status for traces in ts.traces.values() for t in traces
+            if t.solution.endswith(f"_{suffix}")}
+
+
+def test_bench_grades_solutions(benched):
+    root = benched[0]
+    assert statuses(root, "torch") == {EvaluationStatus.PASSED}
+    assert statuses(root, "triton") == {EvaluationStatus.PASSED}
+    assert statuses(root, "planted") == {EvaluationStatus.INCORRECT_NUMERICAL}
+    assert statuses(root, "broken") == {EvaluationStatus.RUNTIME_ERROR}
+    ts = TraceSet.from_path(str(root))
+    passed = [t for traces in ts.traces.values() for t in traces if t.is_successful()]
+    assert all(t.evaluation.performance.latency_ms > 0 for t in passed)
+    assert all(t.evaluation.performance.reference_latency_ms > 0 for t in passed)
+    assert {s.name for ss in ts.solutions.values() for s in ss} >= {
+        "fused_add_rmsnorm_h576_torch", "fused_add_rmsnorm_h576_triton"}
+
+
+def test_report_table_and_plot(benched, tmp_path):
+    found = rows(TraceSet.from_path(str(benched[0])))
+    text = table(found)
+    assert "fused_add_rmsnorm_h576" in text and "INCORRECT_NUMERICAL" in text
+    png = plot(found, tmp_path / "report.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_apply_never_picks_a_failed_solution(benched):
+    root = benched[0]
+    table_ = best_per_bucket(TraceSet.from_path(str(root)), torch.device("cpu"))
+    picks = {c.impl.suffix for buckets in table_.values() for c in buckets.values()}
+    assert picks and not picks & {"planted", "broken"}
+    assert "fused_add_rmsnorm_h576" in table_  # torch or triton passed there
+
+
+def test_a_failed_solution_stays_out_when_registered(benched):
+    """Registered again in this process, the planted solution is still never picked: its
+    traces failed, whatever its speed."""
+    ts = TraceSet.from_path(str(benched[0]))
+    for t in ts.traces["fused_add_rmsnorm_h576"]:
+        assert t.solution != "fused_add_rmsnorm_h576_planted" or not t.is_successful()
+    register(Impl("fused_add_rmsnorm", "planted", "python", planted_norm, "planted, wrong"))
+    try:
+        table_ = best_per_bucket(ts, torch.device("cpu"))
+    finally:
+        unregister("fused_add_rmsnorm", "planted")
+    assert all(c.impl.suffix != "planted" for c in table_["fused_add_rmsnorm_h576"].values())
+
+
+def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
+    from minisgl.llm import LLM
+
+    root, prompts, greedy, plain = benched
+    register(Impl("fused_add_rmsnorm", "planted", "python", planted_norm, "planted, wrong"))
+    try:
+        llm = LLM(str(smollm2_dir), trace_set=str(root), max_running_reqs=8)
+        applier = runtime.current().applier
+        assert isinstance(applier, Applier) and applier.table
+        applied = llm.generate(prompts, greedy, use_tqdm=False)
+        llm.shutdown()
+    finally:
+        unregister("fused_add_rmsnorm", "planted")
+    assert [o["token_ids"] for o in applied] == [o["token_ids"] for o in plain]
+
+
+def test_apply_needs_benchmarked_traces(tmp_path):
+    with pytest.raises(ValueError, match="bench"):
+        Applier.load(tmp_path, torch.device("cpu"))
