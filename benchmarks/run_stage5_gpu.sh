@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Chapters 21-23 (the FlashInfer Trace loop) on one GPU, in one command of at most ~9 min:
+#
+#   bash benchmarks/run_stage5_gpu.sh
+#
+# Needs the bundled Qwen3-0.6B config and tokenizer in .cache/models/Qwen/Qwen3-0.6B (as
+# run_stage4_gpu.sh), flashinfer-bench installed with --no-deps (its data model only). Writes
+# $OUT/<step>.txt (OUT defaults to /tmp/stage5), the trace set in $OUT/set, plots as PNG.
+# SCALE (default 0.25) shortens the official workload's lengths for the capture and the runs.
+set -u
+OUT=${OUT:-/tmp/stage5}
+SCALE=${SCALE:-0.25}
+mkdir -p "$OUT"
+export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DEADLINE=$((SECONDS + 540))
+SET=$OUT/set
+
+step() {
+  local name=$1 limit=$2
+  shift 2
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return; fi
+  local left=$((DEADLINE - SECONDS))
+  ((left < limit)) && limit=$left
+  if ((limit < 20)); then echo "+++ $name: skipped, time is up" | tee "$OUT/$name.txt"; return; fi
+  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
+  { echo "\$ $*"; timeout -k 10 "$limit" "$@" 2>&1; echo "exit status $?"; } \
+    | grep --line-buffered -v -E 'Loading weights|^\s*$' | tee "$OUT/$name.txt"
+}
+
+rm -rf "$SET"
+# 1. Capture under the official offline workload (lengths x SCALE), CUDA graphs on.
+step capture 120 python benchmarks/stage5_e2e.py capture "$SET" --scale "$SCALE"
+# 2. Bench every solution (torch, Triton, CUDA ext) on every workload; 3. table + plot.
+step bench 150 python -m minisgl.trace bench "$SET" --warmup 3 --iters 10 --trials 3
+step report 30 python -m minisgl.trace report "$SET" --plot "$OUT/report.png"
+# 4. The official workload: torch-only kernels, defaults, apply (tok/s).
+step run_torch 90 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE"
+step run_default 60 python benchmarks/stage5_e2e.py run default --scale "$SCALE"
+step run_apply 60 python benchmarks/stage5_e2e.py run apply --trace-set "$SET" --scale "$SCALE"
+# 5. Greedy tokens in fp32: apply == default.
+step greedy 90 bash -c "python benchmarks/stage5_e2e.py greedy default $OUT/greedy_default.json && python benchmarks/stage5_e2e.py greedy apply $OUT/greedy_apply.json --trace-set $SET && cmp $OUT/greedy_default.json $OUT/greedy_apply.json && echo 'greedy tokens: apply == default'"
+# 6. Batch-1 latency; 7. roofline plot.
+step latency 60 python benchmarks/stage5_e2e.py latency --trace-set "$SET"
+step roofline 20 python benchmarks/stage5_e2e.py roofline "$OUT/roofline.png"
+grep -h "RESULT\|greedy tokens\|bench:" "$OUT"/*.txt | tee "$OUT/summary.txt"

@@ -1,0 +1,125 @@
+"""Chapter 23 on a GPU: end-to-end figures of the FlashInfer Trace loop (one mode per process,
+because MINISGL_DISABLE_FUSED_KERNELS is read once).
+
+    python benchmarks/stage5_e2e.py capture DIR [--scale S]     the official workload, recorded
+    python benchmarks/stage5_e2e.py run {torch,default,apply} [--trace-set DIR] [--scale S]
+    python benchmarks/stage5_e2e.py greedy {default,apply} OUT.json [--trace-set DIR]  (fp32)
+    python benchmarks/stage5_e2e.py latency [--trace-set DIR]  batch-1 decode, ms per token
+    python benchmarks/stage5_e2e.py roofline PNG [--trace-set DIR]
+
+torch: --attn torch and MINISGL_DISABLE_FUSED_KERNELS=1 (set by the caller); default: the engine
+as it ships (Triton attention, fused kernels, CUDA graphs); apply: default + trace_set=DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from minisgl.benchmark.offline import official_workload, params_for, run_minisgl
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+MODEL = "Qwen/Qwen3-0.6B"
+ENGINE = dict(max_seq_len_override=4096, max_extend_tokens=16384, cuda_graph_max_bs=256,
+              page_size=256, dummy_weight=True)
+H200_BW, H200_FLOPS = 4.8e12, 989e12  # HBM bytes/s, dense bf16 FLOP/s
+
+
+def build(mode: str, trace_set: str | None, **extra) -> LLM:
+    kw = dict(ENGINE, **extra)
+    if mode == "torch":
+        kw["attention_backend"] = "torch"
+        kw["cuda_graph_max_bs"] = 0  # the torch backend cannot be captured
+    if mode == "apply":
+        kw["trace_set"] = trace_set
+    return LLM(MODEL, **kw)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("what", choices=["capture", "run", "greedy", "latency", "roofline"])
+    p.add_argument("arg", nargs="*")
+    p.add_argument("--trace-set", default=None)
+    p.add_argument("--scale", type=float, default=1.0)
+    a = p.parse_args()
+    if a.what == "capture":
+        llm = LLM(MODEL, trace_dir=a.arg[0], **ENGINE)
+        work = official_workload(256, a.scale)
+        s = run_minisgl(llm, work)
+        llm.shutdown()
+        print(f"capture: {work.output_tokens} tokens in {s:.1f} s "
+              f"({work.output_tokens / s:.0f} tok/s while recording) -> {a.arg[0]}")
+    elif a.what == "run":
+        mode = a.arg[0]
+        llm = build(mode, a.trace_set)
+        work = official_workload(256, a.scale)
+        s = run_minisgl(llm, work)
+        print(f"RESULT {mode}: {work.output_tokens} output tokens in {s:.2f} s = "
+              f"{work.output_tokens / s:.0f} tok/s")
+    elif a.what == "greedy":
+        mode, out = a.arg
+        llm = build(mode, a.trace_set, dtype="float32", max_running_req=64)
+        work = official_workload(32, 0.1)
+        res = llm.generate(work.prompts, SamplingParams(max_tokens=32, ignore_eos=True),
+                           use_tqdm=False)
+        with open(out, "w") as f:
+            json.dump([r["token_ids"] for r in res], f)
+        print(f"greedy {mode}: {len(res)} requests -> {out}")
+    elif a.what == "latency":
+        for mode in (["default", "apply"] if a.trace_set else ["default"]):
+            llm = build(mode, a.trace_set)
+            sp = SamplingParams(max_tokens=256, ignore_eos=True)
+            llm.generate([[1] * 128], SamplingParams(max_tokens=4, ignore_eos=True),
+                         use_tqdm=False)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            llm.generate([[1] * 128], sp, use_tqdm=False)
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t) / 256 * 1e3
+            print(f"RESULT batch-1 {mode}: {ms:.2f} ms per token ({1e3 / ms:.0f} tok/s)")
+            llm.shutdown()
+    else:
+        roofline(a.arg[0])
+
+
+def roofline(path: str) -> None:
+    """Bytes and FLOPs per generated token of Qwen3-0.6B decode (bf16) against the H200: weights
+    are read once per step and shared by the batch; each token reads its own KV (1024 context)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hidden, inter, layers, heads, kv, d, vocab = 1024, 3072, 28, 16, 8, 128, 151936
+    params = layers * (hidden * (heads + 2 * kv) * d + heads * d * hidden + 3 * hidden * inter) \
+        + vocab * hidden
+    kv_bytes = 2 * layers * kv * d * 2 * 1024
+    xs, ys, lines = [], [], []
+    for batch in [1, 8, 32, 64, 128, 256]:
+        flops = 2 * params + 4 * layers * heads * d * 1024
+        bytes_ = 2 * params / batch + kv_bytes
+        intensity = flops / bytes_
+        bound = min(H200_FLOPS, intensity * H200_BW) / flops  # tokens/s per sequence-step
+        xs.append(intensity)
+        ys.append(min(H200_FLOPS, intensity * H200_BW) / 1e12)
+        lines.append(f"batch {batch:3d}: {bytes_ / 1e6:7.2f} MB and {flops / 1e9:5.2f} GFLOP per "
+                     f"token, {intensity:7.1f} FLOP/B, bound {bound:9.0f} tok/s")
+    grid = [10 ** (i / 10) for i in range(0, 41)]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.loglog(grid, [min(H200_FLOPS, g * H200_BW) / 1e12 for g in grid], label="H200 roof")
+    ax.loglog(xs, ys, "o", label="Qwen3-0.6B decode, batch 1..256")
+    ax.set_xlabel("FLOP per byte")
+    ax.set_ylabel("TFLOP/s attainable")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print("\n".join(lines))
+    print(f"roofline: {path}")
+
+
+if __name__ == "__main__":
+    main()
