@@ -397,8 +397,8 @@ def test_timings_survive_a_broken_file_and_drop_vanished_repositories(tmp_path, 
     monkeypatch.setenv("MINISGL_CACHE_DIR", str(tmp_path / "cache"))
     path = steps.timings_path()
     path.parent.mkdir(parents=True)
-    for broken in ("not json", "[1, 2]", '{"/x": 3}', '{"%s": {"a": "slow", "b": -1, "c": true}}'
-                   % tmp_path):
+    bad_values = json.dumps({str(tmp_path): {"a": "slow", "b": -1, "c": True}})
+    for broken in ("not json", "[1, 2]", '{"/x": 3}', bad_values):
         path.write_text(broken)
         assert steps.load_timings(tmp_path) == {}
     path.write_text(json.dumps({str(tmp_path / "gone"): {"ch01 main": 1.0}}))

@@ -759,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--trace-dir", type=Path, default=None,
-        help="also write the chapter-19 kernels' FlashInfer Trace set there (tools/emu_trace.py)",
+        help="also write the chapter-19 kernels' FlashInfer Trace set there (tools/emu_trace.py; "
+             "default: no trace set)",
     )
     args = parser.parse_args(argv)
     files = args.files or sorted(DEFAULT_DIR.glob("*.cu"))

@@ -9,6 +9,10 @@
 # checks two chapters, many minutes on two cores. Its output, run by hand, is kept in
 # benchmarks/results/fresh_venv_check.txt.
 set -euo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="${1:-$(mktemp -d /tmp/minisgl-fresh-XXXXXX)}"
 [ $# -ge 1 ] || trap 'rm -rf "$work"' EXIT
