@@ -169,32 +169,28 @@ def setup_worker_process() -> None:
 
     - Ctrl-C reaches the whole process group; only the launcher acts on it, and it then stops the
       workers in order, so workers ignore SIGINT.
-    - SIGTERM (the launcher's stop request) ends the process at once and quietly: a worker holds
-      nothing that needs an orderly close (the kernel closes its sockets and frees its memory, the
-      launcher removes the ipc folder), while raising SystemExit at whatever line was running (an
-      import, a zmq call, a finalizer) prints "Exception ignored" tracebacks and can hang on the
-      way out.
+    - SIGTERM (the launcher's stop request) ends the process at once and quietly, by the kernel's
+      default action rather than a Python handler. A worker holds nothing that needs an orderly
+      close (the kernel closes its sockets and frees its memory, the launcher removes the ipc
+      folder). A Python handler is not enough: it runs only in the main thread, between bytecodes,
+      so a main thread blocked in a C call that the signal does not interrupt (the signal may be
+      delivered to any thread of the process, e.g. one of the tokenizer library's or torch's)
+      never runs it, and the launcher had to kill such workers after its 10 s deadline.
     - If the launcher dies without cleaning up (even kill -9), the worker must not live on as an
       orphan holding memory: on Linux the kernel sends it SIGTERM (PR_SET_PDEATHSIG); elsewhere
       a thread notices that the parent process changed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_now)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     launcher = multiprocessing.parent_process()
     parent = launcher.pid if launcher is not None else os.getppid()
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
         if os.getppid() != parent:  # the launcher died before the call above
-            _exit_now()
+            os.kill(os.getpid(), signal.SIGTERM)
     else:
         threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-
-
-def _exit_now(*_: object) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(0)
 
 
 def _exit_when_orphaned(parent: int) -> None:
