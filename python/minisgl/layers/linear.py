@@ -10,7 +10,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# >>> ch20
+from minisgl.kernel import triton_for
+
+# <<< ch20
 from .base import BaseOP
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+           ) -> torch.Tensor:
+    """x W^T + b."""
+    # >>> ch20
+    # One token on a GPU (a batch-1 decode step): chapter 20's GEMV reads the weight at close to
+    # the memory's speed, where cuBLAS's kernels for one row leave much of it unused.
+    if x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous() and (fused := triton_for(x)):
+        return fused.gemv(x, weight, bias)
+    # <<< ch20
+    return F.linear(x, weight, bias)
 
 
 class _Linear(BaseOP):
@@ -19,7 +35,7 @@ class _Linear(BaseOP):
         self.bias = torch.empty(out_features) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class LinearReplicated(_Linear):
