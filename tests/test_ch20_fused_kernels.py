@@ -21,6 +21,7 @@ from minisgl.kernel.triton import (
     choose_num_splits,
     decode_attention,
     fused_add_rms_norm,
+    gemv,
     max_num_splits,
     qk_norm_rope,
     rms_norm,
@@ -265,6 +266,43 @@ def test_decode_config_table_covers_every_batch_size():
 
 
 # ---------------------------------------------------------------------------------------------
+# One-token GEMV (the linear layers of a batch-1 decode step)
+
+
+@pytest.mark.parametrize("n,k,bias", [(1, 7, False), (37, 300, True), (9, 2048, False),
+                                      (64, 1030, True)])
+def test_gemv_equals_torch(n, k, bias):
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    w, x = randn(n, k, gen=gen), randn(1, k, gen=gen)
+    b = randn(n, gen=gen) if bias else None
+    close(gemv(x, w, b), torch.nn.functional.linear(x, w, b), torch.float32, atol=1e-4)
+
+
+def test_gemv_never_reads_past_the_weight():
+    """A weight that is a slice of a larger buffer: rows and columns beyond it are poison."""
+    gen = torch.Generator().manual_seed(5)
+    big = torch.full((20, 50), float("nan"))
+    w = big[:13, :40]
+    w.copy_(randn(13, 40, gen=gen))
+    x = randn(1, 40, gen=gen)
+    close(gemv(x, w), torch.nn.functional.linear(x, w), torch.float32)
+
+
+def test_gemv_rejects_what_it_cannot_compute():
+    w, x = torch.randn(8, 16), torch.randn(1, 16)
+    with pytest.raises(ValueError):
+        gemv(torch.randn(2, 16), w)  # two tokens
+    with pytest.raises(ValueError):
+        gemv(torch.randn(1, 15), w)  # K does not match
+    with pytest.raises(ValueError):
+        gemv(x, w.t().contiguous().t())  # weight's last axis is strided
+    with pytest.raises(ValueError):
+        gemv(x, w, torch.randn(7))  # bias of the wrong size
+    with pytest.raises(ValueError):
+        gemv(x.half(), w)  # dtypes differ
+
+
+# ---------------------------------------------------------------------------------------------
 # On a GPU: bf16 against the torch code (run on the CPU), and whole models in fp32 against HF
 
 
@@ -290,6 +328,11 @@ def test_bfloat16_kernels_on_gpu():
     # kernel rounds once, so near zero they differ by up to a bf16 step of the products (|x| < 8)
     for g_, e in zip(got, expected):
         close(g_, e, bf16, atol=2 ** -4)
+    # the one-token GEMV of each Qwen3-0.6B shape; fp32 sums in another order than cuBLAS's
+    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)]:
+        w, x = randn(n, k, gen=gen, dtype=bf16, scale=k ** -0.5), randn(1, k, gen=gen, dtype=bf16)
+        close(gemv(x.cuda(), w.cuda()), torch.nn.functional.linear(x.float(), w.float()).to(bf16),
+              bf16)
 
 
 @pytest.mark.gpu

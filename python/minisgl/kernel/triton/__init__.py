@@ -1,6 +1,7 @@
 """Triton kernels: the fused Mixture-of-Experts (chapter 18, in fused_moe.py, imported where it
 is used); paged decode and extend attention, and the fused small kernels of a decoder layer
-(RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul) (chapter 20).
+(RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul, the one-token GEMV)
+(chapter 20).
 
 Without a CUDA device the kernels run under Triton's interpreter, which executes each program in
 Python on CPU tensors: slow, but it checks the kernels' logic in CI on a CPU-only machine.
@@ -37,10 +38,11 @@ from .decode_attention import (  # noqa: E402
     max_num_splits,
 )
 from .extend_attention import extend_attention  # noqa: E402
+from .gemv import gemv  # noqa: E402
 from .qk_norm_rope import qk_norm_rope  # noqa: E402
 from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 __all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_splits",
-           "decode_attention", "extend_attention", "fused_add_rms_norm", "max_num_splits",
+           "decode_attention", "extend_attention", "fused_add_rms_norm", "gemv", "max_num_splits",
            "qk_norm_rope", "rms_norm", "silu_and_mul"]
 # <<< ch20

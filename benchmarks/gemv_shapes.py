@@ -1,0 +1,109 @@
+"""Batch-1 matrix-vector products of Qwen3-0.6B's decode step: cuBLAS (through torch) against a
+plain Triton GEMV, each timed as CUDA-graph replays in the same run.
+
+    python benchmarks/gemv_shapes.py
+
+A batch-1 decode step is mostly its four weight products per layer, and at batch 1 each is a
+matrix-vector product bound by reading the weight once. The profile of a replay
+(benchmarks/profile_decode_step.py) showed cuBLAS picking tiles that read the weights at well
+under the H200's bandwidth for these shapes; this prints, per shape, what each way reaches.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import triton
+import triton.language as tl
+
+# (name, out_features, in_features) of one Qwen3-0.6B layer, and the LM head
+SHAPES = [("qkv_proj", 4096, 1024), ("o_proj", 1024, 2048), ("gate_up_proj", 6144, 1024),
+          ("down_proj", 1024, 3072), ("lm_head", 151936, 1024)]
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_w,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[n] = sum_k w[n, k] * x[k] for a block of BLOCK_N rows (fp32 accumulation)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :],
+                    mask=(rows[:, None] < N) & (cols[None, :] < K), other=0.0)
+        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0)
+        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+    tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=rows < N)
+
+
+def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, block_n: int, block_k: int,
+                num_warps: int) -> torch.Tensor:
+    n, k = w.shape
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, w.stride(0), BLOCK_N=block_n,
+                                             BLOCK_K=block_k, num_warps=num_warps)
+    return out
+
+
+def graph_time_us(fn, reps: int = 50) -> float:
+    """Median time of one call, from CUDA-graph replays of `reps` calls."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / reps)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__};"
+          f" batch 1, bf16, each timed as CUDA-graph replays")
+    total_best = total_linear = 0.0
+    for name, n, k in SHAPES:
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+        wt = w.t().contiguous()
+        x = torch.randn(1, k, device="cuda", dtype=dtype)
+        ref = torch.nn.functional.linear(x.float(), w.float())
+        gb = w.numel() * w.element_size() / 1e9
+        results = {
+            "F.linear": graph_time_us(lambda: torch.nn.functional.linear(x, w)),
+            "torch.mv": graph_time_us(lambda: torch.mv(w, x[0])),
+            "x @ W^T (W^T stored)": graph_time_us(lambda: torch.mm(x, wt)),
+        }
+        out = torch.full((n,), float("nan"), device="cuda", dtype=dtype)
+        best_cfg, best_t = None, float("inf")
+        for bn, bk, warps in itertools.product([1, 2, 4, 8], [256, 512, 1024], [2, 4]):
+            if bn * bk > 8192:
+                continue
+            out.fill_(float("nan"))
+            triton_gemv(x[0], w, out, bn, bk, warps)
+            err = (out.float() - ref[0]).abs().max().item()
+            if not err < 0.05:
+                print(f"  WRONG triton {bn=} {bk=} {warps=}: max err {err}")
+                continue
+            t = graph_time_us(lambda: triton_gemv(x[0], w, out, bn, bk, warps))
+            if t < best_t:
+                best_cfg, best_t = (bn, bk, warps), t
+        results[f"triton gemv {best_cfg}"] = best_t
+        line = "  ".join(f"{label} {t:6.1f} us ({gb / (t / 1e6) / 1000:4.2f} TB/s)"
+                         for label, t in results.items())
+        print(f"{name:13s} {n:6d} x {k:4d}: {line}")
+        total_linear += results["F.linear"]
+        total_best += min(results.values())
+    print(f"sum over the shapes: F.linear {total_linear:.1f} us, best of each {total_best:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
