@@ -45,6 +45,9 @@ class EngineConfig:
     # None: 256, or max_running_reqs when smaller; 0: never.
     cuda_graph_max_bs: int | None = None
     # <<< ch15
+    # >>> ch17
+    tp_size: int = 1  # tensor-parallel ranks; each process says which one it is (distributed/)
+    # <<< ch17
     # >>> ch21
     trace_dir: str | None = None  # record FlashInfer Trace workloads into this folder (ch. 21)
     trace_set: str | None = None  # apply the fastest verified solutions of this set (ch. 22)
@@ -63,3 +66,7 @@ class EngineConfig:
         if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 0:
             raise ValueError(f"cuda_graph_max_bs must be >= 0, got {self.cuda_graph_max_bs}")
         # <<< ch15
+        # >>> ch17
+        if self.tp_size < 1:
+            raise ValueError(f"tp_size must be >= 1, got {self.tp_size}")
+        # <<< ch17

@@ -20,7 +20,14 @@ from minisgl.engine.config import default_device, resolve_dtype
 # >>> ch16
 from minisgl.env import load_env
 # <<< ch16
+# >>> ch17
+from minisgl.distributed import destroy_tp, init_tp
+from minisgl.message import UserMsg
+# <<< ch17
 from minisgl.scheduler import Scheduler, SchedulerConfig
+# >>> ch17
+from minisgl.scheduler.tp import OfflineRanks
+# <<< ch17
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
 
@@ -79,6 +86,15 @@ class LLM:
         self.tokenizer = load_tokenizer(path)
         config = SchedulerConfig(model_path=str(path), dtype=resolve_dtype(dtype, device),
                                  device=device, **kwargs)
+        # >>> ch17
+        # tp_size=N: this process is rank 0 and N-1 spawned processes are the others; before
+        # each step they get the requests added since the last one (scheduler/tp.py).
+        self._ranks = OfflineRanks(config, config.tp_size) if config.tp_size > 1 else None
+        self._pending: list[UserMsg] = []
+        if self._ranks is not None:
+            config = dataclasses.replace(config, device=self._ranks.rank0.device(device))
+            init_tp(0, config.tp_size, self._ranks.rank0.init_method, config.device)
+        # <<< ch17
         self.scheduler = Scheduler(config)  # EOS ids from the model's config (ModelConfig)
 
     def generate(self, prompts: list[str] | list[list[int]],
@@ -91,9 +107,17 @@ class LLM:
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        uids = [self.scheduler.add_request(self._encode(p), sp) for p, sp in zip(prompts, params)]
+        uids = [self._add(self._encode(p), sp) for p, sp in zip(prompts, params)]
         results = self._run(set(uids), use_tqdm and len(prompts) > 1)
         return [results[uid] for uid in uids]
+
+    def _add(self, input_ids: list[int], params: SamplingParams) -> int:
+        uid = self.scheduler.add_request(input_ids, params)
+        # >>> ch17
+        if self._ranks is not None:
+            self._pending.append(UserMsg(uid, input_ids, params))
+        # <<< ch17
+        return uid
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -108,6 +132,11 @@ class LLM:
         with tqdm(total=len(uids), desc="generate", unit="req", file=sys.stderr,
                   disable=not show_progress) as bar:
             while len(results) < len(uids):
+                # >>> ch17
+                if self._ranks is not None:  # the other ranks add the same and step with us
+                    self._ranks.send(self._pending)
+                    self._pending = []
+                # <<< ch17
                 for out in self.scheduler.step():
                     if out.uid not in uids:
                         continue
@@ -128,3 +157,9 @@ class LLM:
 
     def shutdown(self) -> None:
         self.scheduler.shutdown()
+        # >>> ch17
+        if self._ranks is not None:
+            self._ranks.shutdown()
+            self._ranks = None
+            destroy_tp()
+        # <<< ch17

@@ -42,8 +42,16 @@ class SelfAttention(BaseOP):
         self.qkv_proj = LinearQKVMerged(c.hidden_size, c.head_dim, c.num_qo_heads, c.num_kv_heads,
                                         bias=c.attention_bias)
         norms = (RMSNorm(c.head_dim, c.rms_norm_eps), RMSNorm(c.head_dim, c.rms_norm_eps))
-        self.attn = AttentionLayer(layer_id, c.num_qo_heads, c.num_kv_heads, c.head_dim, rotary,
+        # >>> before ch17
+        # self.attn = AttentionLayer(layer_id, c.num_qo_heads, c.num_kv_heads, c.head_dim, rotary,
+        #                            *(norms if c.use_qk_norm else (None, None)))
+        # <<< before ch17
+        # >>> ch17
+        # With tensor parallelism this rank attends with its own heads only (qkv_proj knows them).
+        self.attn = AttentionLayer(layer_id, self.qkv_proj.num_qo_heads,
+                                   self.qkv_proj.num_kv_heads, c.head_dim, rotary,
                                    *(norms if c.use_qk_norm else (None, None)))
+        # <<< ch17
         self.o_proj = LinearRowParallel(c.num_qo_heads * c.head_dim, c.hidden_size)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -11,11 +11,12 @@ bug that one request still triggers while being added fails only that request.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 
+from minisgl.distributed import init_tp
 from minisgl.message import (
     AbortMsg,
     ControlMsg,
@@ -26,32 +27,39 @@ from minisgl.message import (
 )
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
-
-# >>> ch14
 from minisgl.utils.proctitle import set_process_title
 
-# <<< ch14
 from .config import SchedulerConfig
 from .scheduler import Scheduler
+from .tp import FollowerLinks, LeaderLink, TPRank, follow
 
 logger = init_logger(__name__)
 
 
 class SchedulerIO:
     """Connects one Scheduler to its input socket (from the tokenizers) and output socket (to the
-    detokenizer): messages become scheduler calls, and each step's outputs go out as one frame."""
+    detokenizer): messages become scheduler calls, and each step's outputs go out as one frame.
 
-    def __init__(self, scheduler: Scheduler, recv_addr: str, send_addr: str) -> None:
+    With tensor parallelism (chapter 17) rank 0 also sends every message it reads to the other
+    ranks (`followers`), and they use only `handle`, without sockets of their own."""
+
+    def __init__(self, scheduler: Scheduler, recv_addr: str | None = None,
+                 send_addr: str | None = None) -> None:
         self.scheduler = scheduler
-        self.recv = PullQueue(recv_addr)
-        self.send = PushQueue(send_addr)
+        if recv_addr is not None and send_addr is not None:
+            self.recv = PullQueue(recv_addr)
+            self.send = PushQueue(send_addr)
+        self.followers: FollowerLinks | None = None  # rank 0's links to the other ranks
 
     def run_forever(self) -> None:
         while True:
             self.run_once(block=not self.scheduler.has_work)
 
     def run_once(self, block: bool) -> None:
-        replies = self.handle(self.recv.get_all(block=block))
+        msgs = self.recv.get_all(block=block)
+        if self.followers is not None:  # the other ranks apply the same and step with us
+            self.followers.send(msgs)
+        replies = self.handle(msgs)
         if self.scheduler.has_work:
             replies += self.scheduler.step()
         self.send.put(replies)
@@ -105,21 +113,31 @@ class SchedulerIO:
 
 
 def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: str,
-                          ready_addr: str) -> None:
-    """Entry point of the scheduler process (see server/launch.py)."""
+                          ready_addr: str, tp: TPRank | None = None) -> None:
+    """Entry point of a scheduler process (see server/launch.py): rank `tp.rank` of the
+    tensor-parallel ranks, or the only one. Rank 0 talks to the tokenizer and the detokenizer."""
+    tp = tp or TPRank(0, 1, "", ())
+    name = "scheduler" if tp.size == 1 else f"scheduler-rank{tp.rank}"
     setup_worker_process()
-    # >>> ch14
-    set_process_title("scheduler")
-    # <<< ch14
+    set_process_title(name)
     ready = PushQueue(ready_addr)
     torch.set_grad_enabled(False)
     try:
+        config = replace(config, device=tp.device(config.device))
+        init_tp(tp.rank, tp.size, tp.init_method, config.device)
         scheduler = Scheduler(config)
     except Exception as e:  # whatever stops the model from loading, the launcher must hear it
-        ready.put([ReadyMsg("scheduler", error=f"{type(e).__name__}: {e}")])
+        ready.put([ReadyMsg(name, error=f"{type(e).__name__}: {e}")])
         flush_before_exit()
         raise SystemExit(1) from e
+    if tp.rank > 0:  # a follower: rank 0's messages in, nothing out
+        link = LeaderLink(tp.links[tp.rank - 1])
+        ready.put([ReadyMsg(name)])
+        follow(scheduler, link, SchedulerIO(scheduler).handle)
+        return
     io = SchedulerIO(scheduler, recv_addr, send_addr)
-    ready.put([ReadyMsg("scheduler")])
+    if tp.size > 1:
+        io.followers = FollowerLinks(tp.links)
+    ready.put([ReadyMsg(name)])
     with torch.inference_mode():
         io.run_forever()

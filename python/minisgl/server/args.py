@@ -36,6 +36,13 @@ class ServerArgs(SchedulerConfig):
     api_key: str | None = None  # None: no key needed
     log_level: str | None = None  # None: MINISGL_LOG_LEVEL, else INFO
     log_interval: float = 10.0  # seconds between two lines of the busy log; 0 turns it off
+    # >>> ch17
+    # Ranks on several machines: each runs the launcher with the same --tp, --nnodes and
+    # --dist-init-addr (host:port of node 0, reachable from the others) and its own --node-rank.
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None  # None: a free port on 127.0.0.1 (one machine)
+    # <<< ch17
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,6 +59,19 @@ class ServerArgs(SchedulerConfig):
                              "spaces (it travels in an HTTP header)")
         if not self.log_interval >= 0:  # also rejects NaN
             raise ValueError(f"log_interval must be >= 0 seconds, got {self.log_interval}")
+        # >>> ch17
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"--node-rank {self.node_rank} is not one of --nnodes {self.nnodes}")
+        if self.tp_size % self.nnodes:
+            raise ValueError(f"--tp {self.tp_size} does not split evenly over {self.nnodes} nodes")
+        if self.nnodes > 1 and self.dist_init_addr is None:
+            raise ValueError("--nnodes > 1 needs --dist-init-addr HOST:PORT (node 0's address)")
+        if self.dist_init_addr is not None:
+            host, _, port = self.dist_init_addr.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535 - self.tp_size:
+                raise ValueError(f"--dist-init-addr {self.dist_init_addr!r} must be HOST:PORT "
+                                 f"with room for {self.tp_size} ports above PORT")
+        # <<< ch17
 
     def public_settings(self) -> dict[str, Any]:
         """The settings as JSON values, without the API key (/get_server_info shows them)."""
@@ -82,8 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="auto: bfloat16 on a GPU, float32 on a CPU")
     p.add_argument("--device", default=None, help="cuda or cpu (None: cuda when available)")
+    # >>> before ch17
+    # p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
+    #                help="tensor parallel size (only 1 until chapter 17)")
+    # <<< before ch17
+    # >>> ch17
     p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
-                   help="tensor parallel size (only 1 until chapter 17)")
+                   help="tensor parallel size: scheduler processes, each with a slice of the "
+                        "model (one GPU each)")
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="machines the --tp ranks are spread over (the same value on each)")
+    p.add_argument("--node-rank", type=int, default=0,
+                   help="which of the --nnodes machines this is (0 serves HTTP)")
+    p.add_argument("--dist-init-addr", default=None,
+                   help="HOST:PORT of node 0 where the ranks meet (None: 127.0.0.1 and a free "
+                        "port, one machine); ports PORT+1.. carry rank 0's messages")
+    # <<< ch17
     p.add_argument("--dummy-weight", action="store_true",
                    help="random weights with the real architecture (no checkpoint needed)")
     p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
@@ -159,8 +193,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
     """The server's settings and whether to run the shell. A bad flag value raises FlagError, a
     model that cannot be found MinisglError."""
     ns = build_parser().parse_args(argv)
-    if ns.tp != 1:
-        raise FlagError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+    # >>> before ch17
+    # if ns.tp != 1:
+    #     raise FlagError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+    # <<< before ch17
     if ns.device is not None:
         check_device(ns.device)
     if ns.model is None:
@@ -185,6 +221,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             # >>> ch21
             trace_dir=ns.trace_dir, trace_set=ns.trace_set,
             # <<< ch21
+            # >>> ch17
+            tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
+            dist_init_addr=ns.dist_init_addr,
+            # <<< ch17
         )
     except ValueError as e:
         raise FlagError(str(e)) from None

@@ -3,6 +3,7 @@
     launcher (this process): the API server or the shell, plus a watchdog thread
       |- tokenizer-0 .. tokenizer-N-1   text -> token ids
       |- scheduler                      the engine: batches, KV cache, forward passes
+      |                                 (with --tp N: scheduler-rank0 .. N-1, chapter 17)
       '- detokenizer                    token ids -> text pieces
 
 Whatever ends the launcher ends the workers: Ctrl-C, SIGTERM, /exit in the shell, or the death of
@@ -26,6 +27,11 @@ from pathlib import Path
 
 from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
+# >>> ch17
+from minisgl.distributed.local import free_port
+from minisgl.scheduler.tp import TPRank
+
+# <<< ch17
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.logger import set_log_level
@@ -77,11 +83,21 @@ class Workers:
         self.died: str | None = None  # the worker whose death brought the server down
         ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
         self.procs: list[mp.process.BaseProcess] = [
-            ctx.Process(target=run_scheduler_process, name="scheduler",
-                        args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready)),
+            # >>> before ch17
+            # ctx.Process(target=run_scheduler_process, name="scheduler",
+            #             args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready)),
+            # <<< before ch17
+            # >>> ch17
+            *scheduler_ranks(ctx, args, addrs),
+            # <<< ch17
             ctx.Process(target=detokenize_worker, name="detokenizer",
                         args=(args.model_path, addrs.detokenizer, addrs.frontend, addrs.ready)),
         ]
+        # >>> ch17
+        if args.node_rank > 0:  # another machine's ranks only: node 0 runs the frontend
+            self.procs = [proc for proc in self.procs if proc.name.startswith("scheduler")]
+            return
+        # <<< ch17
         for i, addr in enumerate(addrs.tokenizers):
             self.procs.append(ctx.Process(
                 target=tokenize_worker, name=f"tokenizer-{i}",
@@ -123,6 +139,7 @@ class Workers:
         if self.stopping:
             return
         proc = sentinels[dead[0]]  # type: ignore[index]
+        proc.join(1)  # reap it, so that its exit code is known
         self.died = proc.name
         logger.error("%s exited unexpectedly (exit code %s); shutting the server down",
                      proc.name, proc.exitcode)
@@ -142,6 +159,29 @@ class Workers:
                 proc.join()
 
 
+# >>> ch17
+def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.BaseProcess]:
+    """This machine's scheduler processes: rank 0 alone, or its share of the --tp ranks."""
+    size = args.tp_size
+    if size == 1:
+        return [ctx.Process(target=run_scheduler_process, name="scheduler",
+                            args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready))]
+    if args.dist_init_addr is None:  # one machine: a free loopback port, links in the ipc folder
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        links = tuple(ipc_addr(addrs.folder, f"tp-rank{r}") for r in range(1, size))
+    else:  # rank 0 listens on node 0's address: the rendezvous on PORT, its links above it
+        host, _, port = args.dist_init_addr.rpartition(":")
+        init_method = f"tcp://{host}:{port}"
+        links = tuple(f"tcp://{host}:{int(port) + r}" for r in range(1, size))
+    per_node = size // args.nnodes
+    first = args.node_rank * per_node
+    return [ctx.Process(target=run_scheduler_process, name=f"scheduler-rank{rank}",
+                        args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready,
+                              TPRank(rank, size, init_method, links, per_node)))
+            for rank in range(first, first + per_node)]
+
+
+# <<< ch17
 def bind_http_socket(host: str, port: int) -> socket.socket:
     """Take the port before loading anything, so a port in use fails in a second, not after."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -169,7 +209,13 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     # back to this handler after its own graceful shutdown.
     signal.signal(signal.SIGTERM, _stop_requested)
     set_process_title("shell" if run_shell else "api-server")
-    sock = None if run_shell else bind_http_socket(args.host, args.port)
+    # >>> before ch17
+    # sock = None if run_shell else bind_http_socket(args.host, args.port)
+    # <<< before ch17
+    # >>> ch17
+    frontend = args.node_rank == 0  # other machines run scheduler ranks only
+    sock = bind_http_socket(args.host, args.port) if frontend and not run_shell else None
+    # <<< ch17
     if args.log_level is not None:  # the workers read it when they start
         set_log_level(args.log_level)
     if run_shell:  # keep the workers' INFO lines out of the conversation
@@ -181,6 +227,12 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     try:
         workers = Workers(args, addrs)
         workers.start()
+        # >>> ch17
+        if args.node_rank > 0:
+            logger.info("node %d: scheduler ranks are up; node 0 serves", args.node_rank)
+            while True:  # until a signal, or the watchdog reports a rank's death
+                time.sleep(3600)
+        # <<< ch17
         if run_shell:
             from minisgl.shell import run_shell as shell_main
 

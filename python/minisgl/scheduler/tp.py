@@ -1,0 +1,156 @@
+"""Tensor-parallel ranks of the scheduler, kept in step (chapter 17).
+
+Every rank runs a whole Scheduler over its slice of the model, and every forward pass meets the
+other ranks in its all-reduces, so all ranks must run the same batches in the same order. The
+scheduler is deterministic: the same messages, applied at the same point of its loop, give the same
+batches, and the sampled tokens agree too (every rank has the same logits after the LM head's
+all-gather, and the same sampling seed, see engine.py). So only rank 0 talks to the tokenizer and
+the detokenizer; once per loop it sends the other ranks the messages it is about to apply (often
+none), and each of them applies the same messages at the same point and runs the same step. Its
+replies are dropped: rank 0 answers for all.
+
+The link is one ZeroMQ PUSH -> PULL socket per follower, carrying message-codec frames (no
+pickles). Rank 0 binds, each follower connects; a frame sent before a follower is connected waits
+for it, so nothing is lost at start-up.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import zmq
+
+from minisgl.distributed import destroy_tp, init_tp
+from minisgl.distributed.local import free_port
+from minisgl.message import ControlMsg, decode, encode
+from minisgl.utils.mp import ipc_addr, private_ipc_dir, setup_worker_process
+
+from .config import SchedulerConfig
+from .scheduler import Scheduler
+
+SHUTDOWN = "tp_shutdown"  # ControlMsg command that ends a follower's loop (offline LLM only)
+
+
+@dataclass(frozen=True)
+class TPRank:
+    """Where one scheduler process stands among the tensor-parallel ranks."""
+
+    rank: int
+    size: int
+    init_method: str  # torch.distributed rendezvous, e.g. tcp://127.0.0.1:29500
+    links: tuple[str, ...]  # rank 0 -> rank r's message link is links[r - 1]
+    ranks_per_node: int = 0  # GPUs: rank r uses cuda:(r % ranks_per_node); 0 means size
+
+    def device(self, device: str) -> str:
+        """This rank's device: its own GPU (by its place on its machine), or the CPU."""
+        if self.size == 1 or not device.startswith("cuda"):
+            return device
+        return f"cuda:{self.rank % (self.ranks_per_node or self.size)}"
+
+
+def _socket(kind: int, addr: str, bind: bool) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    if bind:
+        sock.bind(addr)
+    else:
+        sock.connect(addr)
+    return sock
+
+
+class FollowerLinks:
+    """Rank 0's side: the same frame to every follower."""
+
+    def __init__(self, addrs: tuple[str, ...]) -> None:
+        self._socks = [_socket(zmq.PUSH, addr, bind=True) for addr in addrs]
+
+    def send(self, msgs: list[Any]) -> None:
+        frame = encode(msgs)
+        for sock in self._socks:
+            sock.send(frame, copy=False)
+
+    def close(self) -> None:
+        for sock in self._socks:
+            sock.close()
+
+
+class LeaderLink:
+    """A follower's side: rank 0's frames, one per loop of rank 0."""
+
+    def __init__(self, addr: str) -> None:
+        self._sock = _socket(zmq.PULL, addr, bind=False)
+
+    def get(self) -> list[Any]:
+        return decode(self._sock.recv(copy=False).bytes)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def follow(scheduler: Scheduler, link: LeaderLink, handle: Callable[[list[Any]], object]) -> None:
+    """A follower rank's loop: apply rank 0's messages, then step exactly when rank 0 does."""
+    with torch.inference_mode():
+        while True:
+            msgs = link.get()
+            if any(isinstance(m, ControlMsg) and m.command == SHUTDOWN for m in msgs):
+                return
+            handle(msgs)
+            if scheduler.has_work:
+                scheduler.step()
+
+
+def run_follower_process(config: SchedulerConfig, tp: TPRank) -> None:
+    """Entry point of a follower rank that the offline LLM starts (the server's go through
+    scheduler/io.py, which also reports to the launcher)."""
+    from .io import SchedulerIO  # io.py imports this module
+
+    setup_worker_process()
+    config = replace(config, device=tp.device(config.device))
+    init_tp(tp.rank, tp.size, tp.init_method, config.device)
+    scheduler = Scheduler(config)
+    follow(scheduler, LeaderLink(tp.links[tp.rank - 1]), SchedulerIO(scheduler).handle)
+    destroy_tp()
+
+
+class OfflineRanks:
+    """Ranks 1..size-1 of an offline LLM, as processes on this machine; the caller is rank 0.
+
+    `send` goes before each of rank 0's steps with the requests it added since the last one."""
+
+    def __init__(self, config: SchedulerConfig, size: int) -> None:
+        self._folder = private_ipc_dir()
+        links = tuple(ipc_addr(self._folder, f"tp-rank{r}") for r in range(1, size))
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        self.rank0 = TPRank(0, size, init_method, links)
+        ctx = mp.get_context("spawn")
+        self.procs = [ctx.Process(target=run_follower_process, name=f"tp-rank{r}", daemon=True,
+                                  args=(config, TPRank(r, size, init_method, links)))
+                      for r in range(1, size)]
+        for proc in self.procs:
+            proc.start()
+        self.links = FollowerLinks(links)
+
+    def send(self, msgs: list[Any]) -> None:
+        for proc in self.procs:
+            if not proc.is_alive():
+                raise RuntimeError(f"tensor-parallel {proc.name} exited (exit code "
+                                   f"{proc.exitcode}); the LLM cannot continue")
+        self.links.send(msgs)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        if all(proc.is_alive() for proc in self.procs):
+            self.links.send([ControlMsg(-1, SHUTDOWN)])
+        deadline = time.monotonic() + timeout_s
+        for proc in self.procs:
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.links.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
