@@ -140,10 +140,10 @@ def test_splits_that_cannot_work_are_clear_errors():
 
 
 def test_smollm2_greedy_at_tp3_equals_tp1(smollm2_dir, hf_greedy):
+    from conftest import CHAT_PROMPTS
+
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
-
-    from conftest import CHAT_PROMPTS
 
     prompts = [hf_greedy.chat_ids(p) for p in CHAT_PROMPTS[:4]]
     params = SamplingParams(temperature=0, max_tokens=8)

@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from minisgl.message import ReadyMsg
-from minisgl.scheduler.io import run_scheduler_process
 # >>> ch17
 from minisgl.distributed.local import free_port
+from minisgl.message import ReadyMsg
+from minisgl.scheduler.io import run_scheduler_process
 from minisgl.scheduler.tp import TPRank
 
 # <<< ch17
