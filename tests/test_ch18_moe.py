@@ -162,3 +162,19 @@ def test_greedy_tokens_match_hf_through_the_engine(tmp_path):
             assert result["token_ids"] == ref[0, len(ids):].tolist(), prompt
     finally:
         llm.shutdown()
+
+
+# >>> ch17
+def test_tensor_parallel_tp2_equals_tp1(tiny_models):
+    """Experts' intermediate dimension split over two gloo ranks, output all-reduced: the logits
+    equal one rank's, for the all-MoE model and the one with a dense layer."""
+    from minisgl.distributed.local import tp_logits
+
+    cases = ["all-moe", "mlp-only-layers"]
+    gen = torch.Generator().manual_seed(7)
+    ids = [torch.randint(0, TINY_MOE["vocab_size"], (11,), generator=gen) for _ in cases]
+    split = tp_logits([tiny_models[c][0] for c in cases], [i.tolist() for i in ids], tp=2)
+    for case, case_ids, got in zip(cases, ids, split):
+        whole = load_model(tiny_models[case][0]).forward(case_ids, torch.arange(len(case_ids)))
+        assert (whole - got).abs().max().item() <= 1e-5, case
+# <<< ch17

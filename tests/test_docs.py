@@ -394,7 +394,7 @@ def changed_lines(before: Path, after: Path) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize(("previous", "chapter"), [(7, 8), (9, 10), (14, 15), (15, 16),
-                                                   (16, 18), (18, 19)])
+                                                   (16, 17), (17, 18), (18, 19)])
 def test_page_shows_every_line_the_chapter_adds(tmp_path, previous, chapter):
     manifest = steps.load_manifest()
     before = steps.materialize(previous, tmp_path / "before", manifest)
