@@ -3,7 +3,6 @@
     launcher (this process): the API server or the shell, plus a watchdog thread
       |- tokenizer-0 .. tokenizer-N-1   text -> token ids
       |- scheduler                      the engine: batches, KV cache, forward passes
-      |                                 (with --tp N: scheduler-rank0 .. N-1, chapter 17)
       '- detokenizer                    token ids -> text pieces
 
 Whatever ends the launcher ends the workers: Ctrl-C, SIGTERM, /exit in the shell, or the death of
@@ -27,8 +26,11 @@ from pathlib import Path
 
 # >>> ch17
 from minisgl.distributed.local import free_port
+
+# <<< ch17
 from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
+# >>> ch17
 from minisgl.scheduler.tp import TPRank
 
 # <<< ch17
