@@ -275,29 +275,30 @@ def test_gemv_equals_torch(n, k, bias):
     gen = torch.Generator().manual_seed(n * 1000 + k)
     w, x = randn(n, k, gen=gen), randn(1, k, gen=gen)
     b = randn(n, gen=gen) if bias else None
-    close(gemv(x, w, b), torch.nn.functional.linear(x, w, b), torch.float32, atol=1e-4)
+    got = gemv(x.to(DEVICE), w.to(DEVICE), None if b is None else b.to(DEVICE))
+    close(got, torch.nn.functional.linear(x, w, b), torch.float32, atol=1e-4)
 
 
 def test_gemv_never_reads_past_the_weight():
     """A weight that is a slice of a larger buffer: rows and columns beyond it are poison."""
     gen = torch.Generator().manual_seed(5)
-    big = torch.full((20, 50), float("nan"))
+    big = torch.full((20, 50), float("nan"), device=DEVICE)
     w = big[:13, :40]
     w.copy_(randn(13, 40, gen=gen))
     x = randn(1, 40, gen=gen)
-    close(gemv(x, w), torch.nn.functional.linear(x, w), torch.float32)
+    close(gemv(x.to(DEVICE), w), torch.nn.functional.linear(x, w.cpu()), torch.float32)
 
 
 def test_gemv_rejects_what_it_cannot_compute():
-    w, x = torch.randn(8, 16), torch.randn(1, 16)
+    w, x = torch.randn(8, 16, device=DEVICE), torch.randn(1, 16, device=DEVICE)
     with pytest.raises(ValueError):
-        gemv(torch.randn(2, 16), w)  # two tokens
+        gemv(torch.randn(2, 16, device=DEVICE), w)  # two tokens
     with pytest.raises(ValueError):
-        gemv(torch.randn(1, 15), w)  # K does not match
+        gemv(torch.randn(1, 15, device=DEVICE), w)  # K does not match
     with pytest.raises(ValueError):
         gemv(x, w.t().contiguous().t())  # weight's last axis is strided
     with pytest.raises(ValueError):
-        gemv(x, w, torch.randn(7))  # bias of the wrong size
+        gemv(x, w, torch.randn(7, device=DEVICE))  # bias of the wrong size
     with pytest.raises(ValueError):
         gemv(x.half(), w)  # dtypes differ
 
