@@ -59,6 +59,9 @@ step test_fused_gpu 120 python -m pytest -q -p no:cacheprovider -rs tests/test_c
 step attention_parity 150 python benchmarks/gpu_attention_parity.py
 # 3. ms per decode step, batch 1 and 64: graphs, eager, HF generate.
 step decode_latency 150 python benchmarks/decode_latency.py
+# 3a. Where a batch-1 replay's GPU time goes: its kernels grouped by name (run after cuda_ext: a
+# step killed while the extension builds leaves its lock behind, and every later load waits).
+step profile_decode 90 python benchmarks/profile_decode_step.py
 # 3b. The decode attention kernel's tiling grid at 1x8192, 4x8192, 16x4096, 256x1024 against SDPA:
 # the best config per shape and the DECODE_CONFIGS table to paste.
 step tune_decode 170 python benchmarks/tune_decode_attention.py
@@ -71,5 +74,5 @@ step offline_bench_graphs 150 python -m minisgl.benchmark.offline --model Qwen/Q
 echo "+++ [$SECONDS s] summary" | tee "$OUT/summary.txt"
 grep -s -H -E "passed|failed|error|^ok|^FAIL|checks|ms/step|target|speedup|tok/s|CUDA graphs:|CUDA extension|TIMED OUT|exit status|skipped|^best at|WRONG|kernels per|CUDA kernels" \
   "$OUT"/cuda_ext.txt "$OUT"/test_stage4_gpu.txt "$OUT"/test_fused_gpu.txt \
-  "$OUT"/attention_parity.txt "$OUT"/decode_latency.txt "$OUT"/tune_decode.txt \
+  "$OUT"/attention_parity.txt "$OUT"/decode_latency.txt "$OUT"/profile_decode.txt "$OUT"/tune_decode.txt \
   "$OUT"/kernel_count.txt "$OUT"/offline_bench_graphs.txt 2>&1 | tee -a "$OUT/summary.txt"
