@@ -95,6 +95,27 @@ def test_llm_takes_official_keywords(tiny_model):
     llm.shutdown()
 
 
+def test_starting_the_engine_leaves_the_callers_random_numbers_alone(tiny_model, monkeypatch):
+    """bench.py seeds `random`, builds the LLM, then draws its workload: the start-up must not
+    move that stream, even when something it calls draws from it (as a library did on the H200)."""
+    import random
+
+    from minisgl.scheduler import Scheduler
+
+    def greedy_init(self, *args, **kwargs):
+        random.random()  # a library drawing from the global stream
+        real_init(self, *args, **kwargs)
+
+    real_init = Scheduler.__init__
+    monkeypatch.setattr(Scheduler, "__init__", greedy_init)
+    random.seed(1234)
+    expected = [random.randint(0, 10**6) for _ in range(5)]
+    random.seed(1234)
+    llm = LLM(str(tiny_model), device="cpu", num_page_override=40, **OFFICIAL_ENGINE)
+    assert [random.randint(0, 10**6) for _ in range(5)] == expected
+    llm.shutdown()
+
+
 def set_params(n: int):
     from minisgl.core import SamplingParams
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 # >>> ch16
 import dataclasses
+import random
+
 # <<< ch16
 import sys
 from typing import Any
@@ -77,6 +79,11 @@ class LLM:
                  device: str | None = None, **kwargs: Any) -> None:
         device = device or default_device()
         # >>> ch16
+        # Starting the engine must not draw from the caller's `random` numbers: the official
+        # bench.py seeds them, builds the LLM, then draws its workload, and on the H200 something
+        # in the start-up (a library, not minisgl) drew from them, so its workload differed
+        # (137,221 output tokens instead of 133,966).
+        caller_random = random.getstate()
         kwargs = config_kwargs(kwargs)
         # MINISGL_DUMMY_WEIGHT=1: random weights without a code change (the official bench.py
         # names Qwen/Qwen3-0.6B, whose weights this package does not bundle)
@@ -96,6 +103,9 @@ class LLM:
             init_tp(0, config.tp_size, self._ranks.rank0.init_method, config.device)
         # <<< ch17
         self.scheduler = Scheduler(config)  # EOS ids from the model's config (ModelConfig)
+        # >>> ch16
+        random.setstate(caller_random)
+        # <<< ch16
 
     def generate(self, prompts: list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
