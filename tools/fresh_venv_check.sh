@@ -5,7 +5,7 @@
 #
 #     bash tools/fresh_venv_check.sh [WORKDIR]      (default: a new temporary folder, removed after)
 #
-# Not run by CI: it downloads and installs every dependency again (torch, transformers, ...) and
+# Not run by CI (tests/test_fresh_venv.py runs it when MINISGL_RUN_FRESH_VENV=1): it downloads and installs every dependency again (torch, transformers, ...) and
 # checks two chapters, many minutes on two cores. Its output, run by hand, is kept in
 # benchmarks/results/cpu_fresh_venv_check.txt.
 set -euo pipefail
