@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from minisgl.benchmark.offline import official_workload, params_for, run_minisgl
+from minisgl.benchmark.offline import official_workload, run_minisgl
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import json
 
-import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
 import pytest
 import safetensors.torch
 import torch
 from flashinfer_bench.data import TraceSet
 
+import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
 from minisgl.trace import runtime
-from minisgl.trace.bench import load_inputs, reference_fn
 from minisgl.trace.capture import Recorder, output_path
-from minisgl.trace.ops import OPS, pow2_bucket, spec_for, tolerance
 from minisgl.trace.demo import chat_prompts, mixed_params
+from minisgl.trace.ops import OPS, pow2_bucket, spec_for, tolerance
+from minisgl.trace.replay import load_inputs, reference_fn
 
 MAX_TOKENS = 3
 

@@ -7,11 +7,11 @@ interpreted Triton kernels PASS. With apply, greedy outputs equal those without 
 
 from __future__ import annotations
 
-import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
 import pytest
 import torch
 from flashinfer_bench.data import EvaluationStatus, TraceSet
 
+import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
 from minisgl.core import SamplingParams
 from minisgl.trace import runtime
 from minisgl.trace.apply import Applier, best_per_bucket

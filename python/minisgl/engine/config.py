@@ -50,8 +50,10 @@ class EngineConfig:
     # <<< ch17
     # >>> ch21
     trace_dir: str | None = None  # record FlashInfer Trace workloads into this folder (ch. 21)
-    trace_set: str | None = None  # apply the fastest verified solutions of this set (ch. 22)
     # <<< ch21
+    # >>> ch22
+    trace_set: str | None = None  # apply the fastest verified solutions of this set (ch. 22)
+    # <<< ch22
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

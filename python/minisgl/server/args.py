@@ -137,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-dir", default=None,
                    help="record FlashInfer Trace workloads of every op into this folder while "
                         "serving (python -m minisgl.trace bench DIR benchmarks them)")
+    # <<< ch21
+    # >>> ch22
     p.add_argument("--trace-set", default=None,
                    help="a benchmarked trace set: run each op with its fastest verified solution")
-    # <<< ch21
+    # <<< ch22
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
                         "size on a CPU)")
@@ -219,8 +221,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             cuda_graph_max_bs=ns.cuda_graph_max_bs,
             # <<< ch15
             # >>> ch21
-            trace_dir=ns.trace_dir, trace_set=ns.trace_set,
+            trace_dir=ns.trace_dir,
             # <<< ch21
+            # >>> ch22
+            trace_set=ns.trace_set,
+            # <<< ch22
             # >>> ch17
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,

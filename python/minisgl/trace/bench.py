@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from statistics import median
-from typing import Any, Callable
+from typing import Any
 
-import safetensors.torch
 import torch
 from flashinfer_bench.data import (
     BuildSpec,
@@ -41,7 +41,6 @@ from flashinfer_bench.data import (
     Evaluation,
     EvaluationStatus,
     Performance,
-    SafetensorsInput,
     Solution,
     SourceFile,
     Trace,
@@ -53,6 +52,7 @@ from flashinfer_bench.data import (
 from minisgl.utils import init_logger
 
 from .ops import OPS, OpSpec, spec_for, tolerance
+from .replay import load_inputs, reference_fn
 from .solutions import SOLUTIONS, Impl, find
 
 logger = init_logger(__name__)
@@ -75,29 +75,6 @@ class BenchConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-def reference_fn(definition: Definition) -> Callable:
-    namespace: dict[str, Any] = {}
-    exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
-    return namespace["run"]
-
-
-def load_inputs(root: Path, trace: Trace, device: torch.device,
-                cache: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
-    inputs: dict[str, Any] = {}
-    for name, source in trace.workload.inputs.items():
-        if isinstance(source, SafetensorsInput):
-            if source.path not in cache:
-                cache[source.path] = safetensors.torch.load_file(str(root / source.path),
-                                                                 device=str(device))
-            inputs[name] = cache[source.path][source.tensor_key]
-        elif source.type == "scalar":
-            inputs[name] = source.value
-        else:
-            raise ValueError(f"{trace.definition}: input {name} is {source.type}; minisgl "
-                             "workloads save every tensor")
-    return inputs
-
-
 def as_tuple(out: Any) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -159,8 +136,9 @@ def environment(device: torch.device) -> Environment:
                 else f"CPU_{platform.machine()}")
     libs = {"torch": torch.__version__}
     try:
-        import minisgl.kernel.triton  # noqa: F401  (first: it sets up the interpreter on a CPU)
         import triton
+
+        import minisgl.kernel.triton  # noqa: F401  (first: it sets up the interpreter on a CPU)
 
         libs["triton"] = triton.__version__
     except ImportError:
@@ -255,7 +233,7 @@ def bench(root: str | Path, cfg: BenchConfig | None = None) -> dict[str, list[Tr
         for wl in workloads:
             inputs = load_inputs(root, wl, device, cache)
             want = as_tuple(reference(**inputs))
-            ref_ms = timer(lambda: reference(**inputs))
+            ref_ms = timer(lambda f=reference, kw=inputs: f(**kw))
             for impl in impls:
                 evaluation = evaluate(spec, definition, impl, inputs, want, ref_ms, timer, env)
                 traces.append(Trace(definition=name, workload=wl.workload,

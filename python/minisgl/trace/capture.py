@@ -76,6 +76,9 @@ class Recorder:
         self.decode_buckets: set[int] = set()  # batch-size buckets of recorded decode steps
         self.calls = 0  # op calls seen (recorded or not)
         self.names_seen: set[str] = set()  # every Definition the engine ran
+        # Definition -> shape bucket -> calls seen (recorded or not): how often each op ran, for
+        # the per-op time breakdown of chapter 23. CUDA-graph replays run no Python: not counted.
+        self.calls_by_bucket: dict[str, dict[int, int]] = {}
 
     # ------------------------------------------------------------------------------------------
     def prepare(self, spec: OpSpec, call: Call) -> Pending | None:
@@ -83,9 +86,12 @@ class Recorder:
         self.calls += 1
         name = spec.name(call)
         self.names_seen.add(name)
+        axes = spec.axes(call)
+        per_bucket = self.calls_by_bucket.setdefault(name, {})
+        bucket = spec.bucket(axes)
+        per_bucket[bucket] = per_bucket.get(bucket, 0) + 1
         if self.counts.get(name, 0) >= self.max_per_definition:
             return None
-        axes = spec.axes(call)
         key = (name, spec.dedup_key(axes))
         if key in self.seen:
             return None
@@ -163,6 +169,9 @@ class Recorder:
     def close(self) -> None:
         (self.root / "capture.json").write_text(json.dumps(
             {"op_calls_seen": self.calls, "workloads": self.summary(),
-             "definitions_run": sorted(self.names_seen)}, indent=2) + "\n")
+             "definitions_run": sorted(self.names_seen),
+             "calls": {name: {str(b): n for b, n in sorted(buckets.items())}
+                       for name, buckets in sorted(self.calls_by_bucket.items())}},
+            indent=2) + "\n")
         logger.info("trace capture: %d workloads of %d definitions in %s",
                     sum(self.counts.values()), len(self.counts), self.root)

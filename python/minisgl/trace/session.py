@@ -1,12 +1,9 @@
-"""What an engine started with trace_dir= and/or trace_set= installs (chapters 21-22)."""
+"""What an engine started with trace_dir= (chapter 21) and/or trace_set= (chapter 22) installs."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 from .runtime import Runtime, install
 
@@ -14,7 +11,7 @@ from .runtime import Runtime, install
 @dataclass
 class TraceSession:
     runtime: Runtime
-    engine_config: Any  # the engine's config, with the attention backend apply chose
+    engine_config: Any  # the engine's config (with the attention backend apply chose, ch. 22)
 
     def close(self) -> None:
         if self.runtime.recorder is not None:
@@ -25,17 +22,25 @@ class TraceSession:
 def trace_session(config: Any) -> TraceSession | None:
     """Install the recorder (config.trace_dir) and the applier (config.trace_set); None when
     neither is asked for, and then every op runs exactly as written."""
-    if not config.trace_dir and not config.trace_set:
-        return None
-    from .apply import Applier
-    from .capture import Recorder
+    recorder = applier = None
+    if config.trace_dir:
+        from .capture import Recorder
 
-    recorder = Recorder(config.trace_dir) if config.trace_dir else None
-    applier = Applier.load(config.trace_set, torch.device(config.device)) \
-        if config.trace_set else None
-    if applier is not None:
+        recorder = Recorder(config.trace_dir)
+    # >>> ch22
+    if config.trace_set:
+        import dataclasses
+
+        import torch
+
+        from .apply import Applier
+
+        applier = Applier.load(config.trace_set, torch.device(config.device))
         backend = applier.attention_backend(config.attention_backend)
         config = dataclasses.replace(config, attention_backend=backend)
+    # <<< ch22
+    if recorder is None and applier is None:
+        return None
     runtime = Runtime(recorder, applier)
     install(runtime)
     return TraceSession(runtime, config)
