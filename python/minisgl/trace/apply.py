@@ -15,10 +15,10 @@ pick the backend, prefill's when there is no decode trace, and only when --attn 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
-from typing import Callable
 
 import torch
 from flashinfer_bench.data import EvaluationStatus, TraceSet
