@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # the backend's module imports this one
 # Below this, dividing fp32 logits by the temperature can overflow to inf (and softmax to NaN);
 # the API server sends such temperatures as greedy, as the sampler's argmax would pick anyway.
 MIN_TEMPERATURE = 1e-5
+# >>> ch16
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs: most likely tokens reported per step
+# A repetition penalty divides logits: far above this it only turns them into 0 (or inf)
+MAX_REPETITION_PENALTY = 100.0
+# <<< ch16
 
 
 @dataclass
@@ -39,6 +44,18 @@ class SamplingParams:
     # generator. The API server passes it through; the sampler decides what it means.
     seed: int | None = None
     # <<< ch14
+    # >>> ch16
+    # Penalties on tokens already seen (the device sampler, chapter 16). presence and frequency
+    # (OpenAI): logit -= presence * [count > 0] + frequency * count, over generated tokens.
+    # repetition (HF, vLLM): over prompt and generated tokens, a positive logit is divided by it
+    # and a negative one multiplied. 0, 0 and 1 switch them off.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    # None: no log-probabilities; k >= 0: each new token's log-probability and the k most likely
+    # tokens' (from the raw logits, before penalties and temperature).
+    logprobs: int | None = None
+    # <<< ch16
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN
@@ -49,10 +66,28 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be > 0, got {self.max_tokens}")
+        # >>> ch16
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not abs(getattr(self, name)) <= 2:  # also rejects NaN
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise ValueError(f"repetition_penalty must be in (0, {MAX_REPETITION_PENALTY}], got "
+                             f"{self.repetition_penalty}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be None or in [0, {MAX_TOP_LOGPROBS}], got "
+                             f"{self.logprobs}")
+        # <<< ch16
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+    # >>> ch16
+
+    @property
+    def has_penalties(self) -> bool:
+        return (self.presence_penalty != 0 or self.frequency_penalty != 0
+                or self.repetition_penalty != 1)
+    # <<< ch16
 # >>> ch06
 
 
@@ -170,3 +205,10 @@ class TokenOutput:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens that came from the prefix cache
 # <<< ch08
+# >>> ch16
+    # When the request asked (SamplingParams.logprobs): the token's log-probability, and the
+    # most likely tokens with theirs, most likely first.
+    logprob: float | None = None
+    top_ids: list[int] | None = None
+    top_logprobs: list[float] | None = None
+# <<< ch16

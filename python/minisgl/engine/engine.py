@@ -37,7 +37,7 @@ from minisgl.utils import init_logger
 from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
-from .device_sample import DeviceSampler
+from .device_sample import DeviceSampler, TokenLogprobs
 
 # >>> ch15
 from .graph import GraphRunner, cuda_graph_sizes
@@ -53,17 +53,36 @@ logger = init_logger(__name__)
 
 @dataclass
 class ForwardOutput:
-    """One step's sampled tokens: on the device now, on the host once `copied` has fired."""
+    """One step's sampled tokens: on the device now, on the host once `copied` has fired; and
+    the log-probabilities of the requests that asked for them, copied the same way."""
 
     tokens: torch.Tensor  # [B] int64 on the device
     tokens_host: torch.Tensor  # [B] int64 on the host (pinned), filled by a queued copy
     copied: torch.cuda.Event | None  # None on a CPU, where the copy is already done
+    logprobs: TokenLogprobs | None = None  # host tensors once `copied` has fired
 
     def tolist(self) -> list[int]:
         """Wait for this step's tokens (only for this step: later queued work keeps running)."""
         if self.copied is not None:
             self.copied.synchronize()
         return self.tokens_host.tolist()
+
+    def logprob_lists(self) -> list[tuple[float, list[int], list[float]] | None]:
+        """Per batch entry: (the token's log-prob, top ids, their log-probs), or None where the
+        request did not ask. Call after tolist()."""
+        out: list[tuple[float, list[int], list[float]] | None] = [None] * len(self.tokens_host)
+        lp = self.logprobs
+        if lp is None:
+            return out
+        chosen, ids, values = lp.chosen.tolist(), lp.top_ids.tolist(), lp.top_logprobs.tolist()
+        for n, (at, k) in enumerate(zip(lp.index, lp.top_k)):
+            out[at] = (chosen[n], ids[n][:k], values[n][:k])
+        return out
+
+
+def _pinned_copy(t: torch.Tensor) -> torch.Tensor:
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t, non_blocking=True)
 
 
 class Engine:
@@ -113,14 +132,16 @@ class Engine:
         self.ctx = Context(attn_backend=self.attn_backend)
         set_global_ctx(self.ctx)
         # >>> before ch17
-        # self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=config.seed)
+        # self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=config.seed,
+        #                              vocab_size=mc.vocab_size)
         # <<< before ch17
         # >>> ch17
         # Every rank samples, and all must draw the same tokens: rank 0's seed goes to all.
         seed = config.seed
         if tp.size > 1:
             seed = broadcast_int(random.SystemRandom().getrandbits(63) if seed is None else seed)
-        self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=seed)
+        self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=seed,
+                                     vocab_size=mc.vocab_size)
         # <<< ch17
         # next_tokens[row] = the token last sampled for the request in that page-table row: the
         # input of its next decode step, which therefore never waits for the host to know it.
@@ -171,13 +192,17 @@ class Engine:
         new_positions = batch.positions[last] + 1
         tokens = self.sampler.sample(logits, rows_host, rows, new_positions)
         self.next_tokens[rows] = tokens
+        logprobs = self.sampler.logprobs(logits, rows_host, tokens)
         if self.device.type != "cuda":
-            return ForwardOutput(tokens, tokens, None)
-        host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-        host.copy_(tokens, non_blocking=True)
+            return ForwardOutput(tokens, tokens, None, logprobs)
+        if logprobs is not None:
+            logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs = (
+                _pinned_copy(t) for t in (logprobs.chosen, logprobs.top_ids,
+                                          logprobs.top_logprobs))
+        host = _pinned_copy(tokens)
         copied = torch.cuda.Event()
         copied.record()
-        return ForwardOutput(tokens, host, copied)
+        return ForwardOutput(tokens, host, copied, logprobs)
 
     def _logits(self, batch: Batch, last: torch.Tensor) -> torch.Tensor:
         # >>> ch15

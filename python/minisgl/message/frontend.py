@@ -16,10 +16,16 @@ class UserReply(TokenOutput):
     can end in the middle of a character, so the text may lag a token behind)."""
 
     text: str = ""
+    # >>> ch16
+    # With log-probabilities: the text of the token and of each top token, each on its own
+    # (what OpenAI's `token` fields show)
+    token_texts: list[str] | None = None
+    # <<< ch16
 
     @classmethod
-    def of(cls, out: TokenOutput, text: str = "") -> UserReply:
-        return cls(**{f.name: getattr(out, f.name) for f in fields(TokenOutput)}, text=text)
+    def of(cls, out: TokenOutput, text: str = "", **extra: object) -> UserReply:
+        return cls(**{f.name: getattr(out, f.name) for f in fields(TokenOutput)}, text=text,
+                   **extra)
 
 
 @message

@@ -263,6 +263,13 @@ class Scheduler:
             self.engine.sampler.set_rows([r.table_idx for r in batch.reqs],
                                          [r.sampling_params for r in batch.reqs],
                                          [r.uid for r in batch.reqs])
+            # Penalties count the tokens seen so far; a prefill (re)starts the count, from the
+            # prompt and, for a retracted request, what it had generated (all read by now).
+            penalized = [r for r in batch.reqs if r.sampling_params.has_penalties]
+            if penalized:
+                self.engine.sampler.reset_counts([r.table_idx for r in penalized],
+                                                 [r.input_ids[: r.prompt_len] for r in penalized],
+                                                 [r.output_ids for r in penalized])
         else:
             rows = to_device([r.table_idx for r in batch.reqs], torch.int64, device)
             batch.positions = to_device([r.cached_len for r in batch.reqs], torch.int64, device)
@@ -274,16 +281,19 @@ class Scheduler:
     def _process(self, done: LaunchedStep) -> list[TokenOutput]:
         """Read a step's tokens (waiting for that step only), emit them, retire finished ones."""
         tokens = done.output.tolist()
+        logprobs = done.output.logprob_lists()
         stale, self._finished_in_flight = self._finished_in_flight, set()
         outputs = []
-        for req, token, at in zip(done.batch.reqs, tokens, done.token_index):
+        for req, token, at, lp in zip(done.batch.reqs, tokens, done.token_index, logprobs):
             if at < 0 or req in stale:
                 continue  # a prompt chunk, or an extra token after the request finished
             req.input_ids[at] = token
             reason = self._finish_reason(req, token, at)
+            chosen, top_ids, top_logprobs = lp if lp is not None else (None, None, None)
             outputs.append(TokenOutput(uid=req.uid, token=token, finished=reason is not None,
                                        finish_reason=reason, prompt_tokens=req.prompt_len,
-                                       cached_tokens=req.cached_tokens))
+                                       cached_tokens=req.cached_tokens, logprob=chosen,
+                                       top_ids=top_ids, top_logprobs=top_logprobs))
             if reason is not None:
                 self._retire(req, at)
             elif done.batch.is_prefill:

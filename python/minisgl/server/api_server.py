@@ -17,6 +17,9 @@ engine refuses (a prompt longer than the context, say) still gets a 4xx status a
 stream that fails later (the server shuts down) ends with an error event, then `data: [DONE]`.
 Every error, 404 and 405 included, has OpenAI's shape {"error": {message, type, param, code}};
 guard.py checks Host, the API key, Content-Type and body size before an endpoint runs.
+
+`n` answers to one prompt are n requests in the engine (choices.py): the first is sent alone, the
+others once its prompt sits in the prefix cache, so the prompt is computed once.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from minisgl.message.client import FrontendClient, RequestStream
 from minisgl.utils import init_logger
 
 from .args import ServerArgs
+from .choices import TokenLogprob, chat_logprobs, completion_logprobs, merge, start_choices
 from .guard import RequestGuard, loopback_hosts
 from .metrics import CONTENT_TYPE, RequestTimer, ServerMetrics, log_while_busy
 from .protocol import (
@@ -52,6 +56,7 @@ from .protocol import (
     CompletionRequest,
     GenerateRequest,
     RequestLimits,
+    choice_params,
     parse_body,
 )
 from .stop import StopChecker
@@ -62,6 +67,7 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 CHAT_DEFAULT_MAX_TOKENS = None  # chat: whatever the context and the KV pool leave
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 T = TypeVar("T", bound=BaseModel)
+T_item = TypeVar("T_item")
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Piece:
     usage: dict[str, Any] = field(default_factory=dict)
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of token_ids, when asked
 
 
 async def pieces(stream: RequestStream, stops: list[str], request: Request,
@@ -88,10 +95,12 @@ async def pieces(stream: RequestStream, stops: list[str], request: Request,
             new_ids = [] if reply.token is None else [reply.token]
             if new_ids:
                 timer.token(reply.prompt_tokens, reply.cached_tokens)
+            logprobs = TokenLogprob.of_reply(reply)
             completion += len(new_ids)
             text = checker.feed(reply.text)
             reason = "stop" if checker.stopped else reply.finish_reason
-            counts = {"prompt_tokens": reply.prompt_tokens, "cached_tokens": reply.cached_tokens}
+            counts = {"prompt_tokens": reply.prompt_tokens, "cached_tokens": reply.cached_tokens,
+                      "logprobs": logprobs}
             if reason is None and not reply.finished:
                 if await request.is_disconnected():
                     logger.info("request %d: the client left; aborting", stream.uid)
@@ -133,17 +142,17 @@ def sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
 
 
-def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict[str, Any]]],
-                 first: dict[str, Any] | None = None) -> StreamingResponse:
-    """Server-sent events: `first`, then what `render` makes of each piece, then [DONE]."""
+def sse_response(gen: AsyncGenerator[T_item], render: Callable[[T_item], list[dict[str, Any]]],
+                 first: list[dict[str, Any]] | None = None) -> StreamingResponse:
+    """Server-sent events: `first`, then what `render` makes of each item, then [DONE]."""
 
     async def events() -> AsyncIterator[bytes]:
-        if first is not None:
-            yield sse(first)
+        for data in first or []:
+            yield sse(data)
         try:
             async with aclosing(gen):
-                async for piece in gen:
-                    for data in render(piece):
+                async for item in gen:
+                    for data in render(item):
                         yield sse(data)
         except ApiError as e:  # the status is sent already: the error goes in the stream
             yield sse(e.body)
@@ -197,12 +206,6 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
 
     async def body(request: Request, cls: type[T]) -> T:
         return parse_body(cls, await request.body(), limits)
-
-    def submit_prompt(params: SamplingParams, prompt: str | list[int]) -> RequestStream:
-        """A completion prompt: text (encoded by a tokenizer worker) or token ids."""
-        if isinstance(prompt, str):
-            return client.submit(params, text=prompt)
-        return client.submit(params, input_ids=prompt)
 
     async def run(stream: RequestStream, stops: list[str], request: Request
                   ) -> AsyncGenerator[Piece]:
@@ -264,58 +267,84 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
                 "root": args.model_path, "max_model_len": limits.max_seq_len if limits else None}
         return {"object": "list", "data": [card]}
 
+    async def answers(params: SamplingParams, n: int, prompt: dict[str, Any], stops: list[str],
+                      request: Request) -> AsyncGenerator[tuple[int, Piece]]:
+        """(choice index, piece) of the n answers to one prompt (choices.py); `prompt`: the
+        keywords of client.submit. Refusals are raised here, before any byte is sent."""
+        gens = await start_choices(
+            lambda p: run(client.submit(p, **prompt), stops, request), params, n, choice_params)
+        return merge(gens)
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         req = await body(request, ChatCompletionRequest)
         model = check_model(req.model)
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
-        gen = await run(client.submit(params, messages=req.chat()), req.stop_strings, request)
+        gen = await answers(params, req.n, {"messages": req.chat()}, req.stop_strings, request)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": model}
+        want_logprobs = params.logprobs is not None
         if not req.stream:
-            text, last, _ = await collect(gen)
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": last.finish_reason, "logprobs": None}
-            return {**head, "object": "chat.completion", "choices": [choice], "usage": last.usage}
+            choices, usage = await collect(gen, req.n)
+            return {**head, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": i, "message": {"role": "assistant", "content": c.text},
+                 "finish_reason": c.finish_reason,
+                 "logprobs": chat_logprobs(c.logprobs) if want_logprobs else None}
+                for i, c in enumerate(choices)]}
         chunk = {**head, "object": "chat.completion.chunk"}
+        usage = Usage(req.n)
 
-        def render(piece: Piece) -> list[dict[str, Any]]:
+        def render(item: tuple[int, Piece]) -> list[dict[str, Any]]:
+            index, piece = item
             out = []
-            if piece.text:
-                out.append({**chunk, "choices": [{"index": 0, "delta": {"content": piece.text},
-                                                  "finish_reason": None}]})
+            if piece.text or piece.logprobs:
+                choice = {"index": index, "delta": {"content": piece.text}, "finish_reason": None}
+                if want_logprobs:
+                    choice["logprobs"] = chat_logprobs(piece.logprobs)
+                out.append({**chunk, "choices": [choice]})
             if piece.finish_reason is not None:
-                out.append({**chunk, "choices": [{"index": 0, "delta": {},
+                out.append({**chunk, "choices": [{"index": index, "delta": {},
                                                   "finish_reason": piece.finish_reason}]})
-                if req.include_usage:
-                    out.append({**chunk, "choices": [], "usage": piece.usage})
+                if usage.add(piece) and req.include_usage:
+                    out.append({**chunk, "choices": [], "usage": usage.total})
             return out
 
-        role = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                      "finish_reason": None}]}
-        return sse_response(gen, render, first=role)
+        roles = [{**chunk, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                        "finish_reason": None}]} for i in range(req.n)]
+        return sse_response(gen, render, first=roles)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
         req = await body(request, CompletionRequest)
         model = check_model(req.model)
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        gen = await run(submit_prompt(params, req.one_prompt()), req.stop_strings, request)
+        prompt = req.one_prompt()
+        gen = await answers(params, req.n, prompt_keywords(prompt), req.stop_strings, request)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": model}
+        want_logprobs = params.logprobs is not None
         if not req.stream:
-            text, last, _ = await collect(gen)
-            choice = {"index": 0, "text": text, "finish_reason": last.finish_reason,
-                      "logprobs": None}
-            return {**head, "choices": [choice], "usage": last.usage}
+            choices, usage = await collect(gen, req.n)
+            return {**head, "usage": usage, "choices": [
+                {"index": i, "text": c.text, "finish_reason": c.finish_reason,
+                 "logprobs": completion_logprobs(c.logprobs, 0) if want_logprobs else None}
+                for i, c in enumerate(choices)]}
+        usage = Usage(req.n)
+        offsets = [0] * req.n  # characters of each answer's token texts so far (text_offset)
 
-        def render(piece: Piece) -> list[dict[str, Any]]:
+        def render(item: tuple[int, Piece]) -> list[dict[str, Any]]:
+            index, piece = item
             out = []
-            if piece.text or piece.finish_reason is not None:
-                out.append({**head, "choices": [{"index": 0, "text": piece.text, "logprobs": None,
+            if piece.text or piece.logprobs or piece.finish_reason is not None:
+                logprobs = None
+                if want_logprobs:
+                    logprobs = completion_logprobs(piece.logprobs, offsets[index])
+                    offsets[index] += sum(len(t.text) for t in piece.logprobs)
+                out.append({**head, "choices": [{"index": index, "text": piece.text,
+                                                 "logprobs": logprobs,
                                                  "finish_reason": piece.finish_reason}]})
-            if piece.finish_reason is not None and req.include_usage:
-                out.append({**head, "choices": [], "usage": piece.usage})
+            if piece.finish_reason is not None and usage.add(piece) and req.include_usage:
+                out.append({**head, "choices": [], "usage": usage.total})
             return out
 
         return sse_response(gen, render)
@@ -323,26 +352,39 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
     @app.post("/generate")
     async def generate(request: Request):
         req = await body(request, GenerateRequest)
-        stream = submit_prompt(req.to_sampling_params(), req.one_prompt())
+        n = req.sampling_params.n
+        gen = await answers(req.to_sampling_params(), n, prompt_keywords(req.one_prompt()),
+                            req.stop_strings, request)
         rid = uuid.uuid4().hex
-        gen = await run(stream, req.stop_strings, request)
         if not req.stream:
-            text, last, token_ids = await collect(gen)
-            return {"text": text, "output_ids": token_ids,
-                    "meta_info": meta_info(rid, last, len(token_ids))}
-        # As SGLang's, every event holds the text and output ids so far, not just the new part.
-        text, token_ids = "", []
+            choices, _ = await collect(gen, n)
+            outs = [{"text": c.text, "output_ids": c.token_ids,
+                     "meta_info": meta_info(f"{rid}-{i}" if n > 1 else rid, c.last,
+                                            len(c.token_ids))}
+                    for i, c in enumerate(choices)]
+            return outs if n > 1 else outs[0]  # SGLang answers n > 1 with a list
+        # As SGLang's, every event holds the text and output ids so far, not just the new part;
+        # with n > 1 each event is one answer's, with its "index".
+        answers_so_far = [Answer() for _ in range(n)]
 
-        def render(piece: Piece) -> list[dict[str, Any]]:
-            nonlocal text
-            text += piece.text
-            token_ids.extend(piece.token_ids)
-            return [{"text": text, "output_ids": list(token_ids),
-                     "meta_info": meta_info(rid, piece, len(token_ids))}]
+        def render(item: tuple[int, Piece]) -> list[dict[str, Any]]:
+            index, piece = item
+            answer = answers_so_far[index]
+            answer.add(piece)
+            event = {"text": answer.text, "output_ids": list(answer.token_ids),
+                     "meta_info": meta_info(f"{rid}-{index}" if n > 1 else rid, piece,
+                                            len(answer.token_ids))}
+            return [{**event, "index": index} if n > 1 else event]
 
         return sse_response(gen, render)
 
     return app
+
+
+def prompt_keywords(prompt: str | list[int]) -> dict[str, Any]:
+    """client.submit's keyword for a completion prompt: text (encoded by a tokenizer worker)
+    or token ids."""
+    return {"text": prompt} if isinstance(prompt, str) else {"input_ids": prompt}
 
 
 def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:
@@ -357,14 +399,58 @@ def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:
             "completion_tokens": completion_tokens, "cached_tokens": piece.cached_tokens}
 
 
-async def collect(gen: AsyncIterator[Piece]) -> tuple[str, Piece, list[int]]:
-    """A whole non-streamed answer: its text, its last piece (reason, usage), its tokens."""
-    text, token_ids = "", []
-    async for piece in gen:
-        text += piece.text
-        token_ids += piece.token_ids
-        last = piece
-    return text, last, token_ids
+@dataclass
+class Answer:
+    """One answer put together from its pieces."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    last: Piece | None = None
+
+    def add(self, piece: Piece) -> None:
+        self.text += piece.text
+        self.token_ids += piece.token_ids
+        self.logprobs += piece.logprobs
+        self.last = piece
+
+    @property
+    def finish_reason(self) -> str | None:
+        return None if self.last is None else self.last.finish_reason
+
+
+class Usage:
+    """The usage of n answers to one prompt: the prompt counts once (as computed for the first
+    answer, whose prefill the others share), the completions add up."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.total: dict[str, Any] = {}
+
+    def add(self, last: Piece) -> bool:
+        """Count an answer's last piece; True once every answer is in."""
+        if not self.total:
+            self.total = dict(last.usage)
+        else:
+            done = self.total["completion_tokens"] + last.usage["completion_tokens"]
+            self.total.update(completion_tokens=done,
+                              total_tokens=self.total["prompt_tokens"] + done)
+        self.left -= 1
+        return self.left == 0
+
+
+async def collect(gen: AsyncGenerator[tuple[int, Piece]], n: int
+                  ) -> tuple[list[Answer], dict[str, Any]]:
+    """Whole non-streamed answers, and their usage."""
+    answers = [Answer() for _ in range(n)]
+    async with aclosing(gen):
+        async for index, piece in gen:
+            answers[index].add(piece)
+    usage = Usage(n)
+    for answer in answers:
+        assert answer.last is not None
+        usage.add(answer.last)
+    return answers, usage.total
 
 
 class ApiServer(uvicorn.Server):

@@ -2,8 +2,8 @@
 
 Bodies are validated strictly: "5" is not a number and "yes" is not a boolean, because a client
 that sends them has a bug worth reporting. Nothing is silently dropped either: a field the server
-does not know is a 400 that names it, and so is a field it knows but cannot honour yet (n > 1,
-logprobs, penalties) when it asks for anything but the default. A few fields that change nothing
+does not know is a 400 that names it, and so is a field it knows but cannot honour yet (logit_bias,
+best_of, echo, ...) when it asks for anything but the default. A few fields that change nothing
 here are accepted and ignored; `IGNORED_FIELDS` lists them, with the reason.
 
 Every value is checked against exact bounds here, at the boundary, so nothing reaches the engine
@@ -13,12 +13,12 @@ vocabulary and top_k is at most its size (`RequestLimits`, from the scheduler at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from minisgl.core import MIN_TEMPERATURE, SamplingParams
+from minisgl.core import MAX_REPETITION_PENALTY, MAX_TOP_LOGPROBS, MIN_TEMPERATURE, SamplingParams
 
 T = TypeVar("T", bound=BaseModel)
 INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit integers
@@ -31,6 +31,9 @@ INT64_MIN = -(1 << 63)
 # character that the vocabulary has a long token for) could be refused although it would fit.
 MAX_CHARS_PER_TOKEN = 32
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
+# The most answers (`n`) one request may ask for: each is a request of its own in the engine
+MAX_N = 16
+MAX_COMPLETION_LOGPROBS = 5  # OpenAI's bound on /v1/completions' `logprobs`
 
 # Fields a client may send that change nothing on this server, so they are accepted and ignored:
 IGNORED_FIELDS = {
@@ -109,8 +112,7 @@ class _Sampling(_Body):
     vLLM's top_k and ignore_eos)."""
 
     NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
-        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
-        "repetition_penalty": (1,), "logit_bias": (None, {}), "store": (None, False),
+        "logit_bias": (None, {}), "store": (None, False),
     }
 
     model: str | None = None  # None: the served model
@@ -129,11 +131,12 @@ class _Sampling(_Body):
     safety_identifier: str | None = None
     metadata: dict[str, str] | None = None
     prompt_cache_key: str | None = None
-    # not yet: see NOT_YET
-    n: int = Field(1, ge=1, le=INT64_MAX)
+    n: int = Field(1, ge=1, le=MAX_N)  # answers to the prompt, each a choice of its own
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    # not in OpenAI's API (vLLM's and SGLang's): 1 is off
+    repetition_penalty: float = Field(1.0, gt=0, le=MAX_REPETITION_PENALTY)
+    # not yet: see NOT_YET
     logit_bias: dict[str, float] | None = None
     store: bool | None = None
 
@@ -142,10 +145,19 @@ class _Sampling(_Body):
         """The client's limit on new tokens, None when it gave none."""
         return self.max_tokens
 
+    @property
+    def asked_logprobs(self) -> int | None:
+        """How many top tokens to report with each token's log-prob; None: no log-probs."""
+        return None
+
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
         """The engine's parameters; max_tokens None leaves the limit to the scheduler."""
         return make_sampling_params(self.temperature, self.top_k, self.top_p, self.ignore_eos,
-                                    self.asked_max_tokens or default_max_tokens, self.seed)
+                                    self.asked_max_tokens or default_max_tokens, self.seed,
+                                    presence_penalty=self.presence_penalty,
+                                    frequency_penalty=self.frequency_penalty,
+                                    repetition_penalty=self.repetition_penalty,
+                                    logprobs=self.asked_logprobs)
 
     def check(self, limits: RequestLimits | None) -> None:
         """The checks beyond each field's own type and range (ApiError 400 naming the field);
@@ -167,13 +179,26 @@ class _Sampling(_Body):
 
 
 def make_sampling_params(temperature: float, top_k: int, top_p: float, ignore_eos: bool,
-                         max_tokens: int | None, seed: int | None) -> SamplingParams:
+                         max_tokens: int | None, seed: int | None, **extra: Any
+                         ) -> SamplingParams:
+    """`extra`: the penalties and logprobs, by SamplingParams' names."""
     # A temperature too small to divide the logits by is greedy in effect: send it as such.
     temperature = temperature if temperature >= MIN_TEMPERATURE else 0.0
     try:
-        return SamplingParams(temperature, top_k, top_p, ignore_eos, max_tokens, seed=seed)
+        return SamplingParams(temperature, top_k, top_p, ignore_eos, max_tokens, seed=seed,
+                              **extra)
     except ValueError as e:
         raise ApiError(400, str(e), param="top_k" if "top_k" in str(e) else None) from None
+
+
+def choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The parameters of answer `index` of n: with a seed, each answer gets its own random
+    stream (answer 0 keeps the seed, so n=1 and the first of n agree); without one, each
+    request's own id already gives it one."""
+    if index == 0 or params.seed is None:
+        return params
+    seed = (params.seed + index * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)
+    return replace(params, seed=seed - (1 << 64) if seed > INT64_MAX else seed)
 
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
@@ -201,37 +226,44 @@ class ChatMessage(_Body):
 
 
 class ChatCompletionRequest(_Sampling):
-    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
-        **_Sampling.NOT_YET, "logprobs": (None, False), "top_logprobs": (None, 0)}
-
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, gt=0, le=INT64_MAX)  # newer max_tokens
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @property
     def asked_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def asked_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def chat(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.text} for m in self.messages]
 
     def check(self, limits: RequestLimits | None) -> None:
         super().check(limits)
+        if self.top_logprobs and not self.logprobs:  # OpenAI's rule
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         if limits is not None:
             limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
 
 
 class CompletionRequest(_Sampling):
     NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
-        **_Sampling.NOT_YET, "logprobs": (None,), "echo": (False,), "best_of": (None, 1),
-        "suffix": (None,)}
+        **_Sampling.NOT_YET, "echo": (False,), "best_of": (None, 1), "suffix": (None,)}
 
     prompt: str | list[int] | list[str]
-    logprobs: int | None = Field(None, ge=0, le=5)
+    # the log-probs of each token and of this many most likely ones (0: the token's only)
+    logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
     echo: bool = False
     best_of: int | None = Field(None, ge=1, le=INT64_MAX)
     suffix: str | None = None
+
+    @property
+    def asked_logprobs(self) -> int | None:
+        return self.logprobs
 
     def one_prompt(self) -> str | list[int]:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
@@ -257,8 +289,7 @@ class GenerateSamplingParams(_Body):
     """`sampling_params` of SGLang's /generate, with SGLang's names and defaults."""
 
     NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
-        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
-        "repetition_penalty": (1,), "min_p": (0,), "min_new_tokens": (0,),
+        "min_p": (0,), "min_new_tokens": (0,),
         "stop_token_ids": (None, []), "skip_special_tokens": (True,),
         "spaces_between_special_tokens": (True,), "no_stop_trim": (False,),
         "json_schema": (None,), "regex": (None,), "ebnf": (None,),
@@ -271,11 +302,11 @@ class GenerateSamplingParams(_Body):
     stop: str | list[str] | None = None
     ignore_eos: bool = False
     sampling_seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
-    # not yet: see NOT_YET
-    n: int = Field(1, ge=1, le=INT64_MAX)
+    n: int = Field(1, ge=1, le=MAX_N)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    repetition_penalty: float = Field(1.0, gt=0, le=MAX_REPETITION_PENALTY)
+    # not yet: see NOT_YET
     min_p: float = Field(0.0, ge=0, le=1)
     min_new_tokens: int = Field(0, ge=0, le=INT64_MAX)
     stop_token_ids: list[int] | None = None
@@ -308,7 +339,10 @@ class GenerateRequest(_Body):
     def to_sampling_params(self) -> SamplingParams:
         p = self.sampling_params
         return make_sampling_params(p.temperature, p.top_k, p.top_p, p.ignore_eos,
-                                    p.max_new_tokens, p.sampling_seed)
+                                    p.max_new_tokens, p.sampling_seed,
+                                    presence_penalty=p.presence_penalty,
+                                    frequency_penalty=p.frequency_penalty,
+                                    repetition_penalty=p.repetition_penalty)
 
     @property
     def stop_strings(self) -> list[str]:

@@ -116,6 +116,12 @@ class DetokenizeManager:
         if msg.finished:
             text += stream.finish()
             del self.streams[msg.uid]
+        # >>> ch16
+        if msg.logprob is not None and msg.token is not None:
+            ids = [msg.token, *(msg.top_ids or [])]
+            return UserReply.of(msg, text, token_texts=[
+                self.tokenizer.decode([i], skip_special_tokens=False) for i in ids])
+        # <<< ch16
         return UserReply.of(msg, text)
 
 

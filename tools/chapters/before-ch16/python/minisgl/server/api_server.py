@@ -1,0 +1,384 @@
+"""The HTTP API: OpenAI-compatible endpoints on FastAPI, served by uvicorn (chapter 14).
+
+    POST /v1/chat/completions   chat, streaming (SSE) or not
+    POST /v1/completions        text completion, streaming or not
+    GET  /v1/models             the served model
+    POST /generate              SGLang's: text or token ids and sampling_params in; text,
+                                output_ids and meta_info out
+    GET  /get_model_info        SGLang's: the model's path and sizes
+    GET  /get_server_info       SGLang's: the server's settings, limits and scheduler counts
+    GET  /version               the minisgl version
+    GET  /metrics               Prometheus metrics (metrics.py)
+    GET  /health                a round trip through every process; KV page counts
+    POST /flush_cache           drop the prefix cache (only while idle)
+
+A streaming response starts only after the request's first reply has arrived, so a request the
+engine refuses (a prompt longer than the context, say) still gets a 4xx status and a JSON error. A
+stream that fails later (the server shuts down) ends with an error event, then `data: [DONE]`.
+Every error, 404 and 405 included, has OpenAI's shape {"error": {message, type, param, code}};
+guard.py checks Host, the API key, Content-Type and body size before an endpoint runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from minisgl import __version__
+from minisgl.core import SamplingParams
+from minisgl.message.client import FrontendClient, RequestStream
+from minisgl.utils import init_logger
+
+from .args import ServerArgs
+from .guard import RequestGuard, loopback_hosts
+from .metrics import CONTENT_TYPE, RequestTimer, ServerMetrics, log_while_busy
+from .protocol import (
+    ApiError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    RequestLimits,
+    parse_body,
+)
+from .stop import StopChecker
+
+logger = init_logger(__name__)
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+CHAT_DEFAULT_MAX_TOKENS = None  # chat: whatever the context and the KV pool leave
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass
+class Piece:
+    """New text of a request, with stop strings applied; the last piece has finish_reason."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
+async def pieces(stream: RequestStream, stops: list[str], request: Request,
+                 timer: RequestTimer) -> AsyncGenerator[Piece]:
+    """Run one request to its end. Raises ApiError if the engine refused it (first reply)."""
+    checker, completion = StopChecker(stops), 0
+    try:
+        async for reply in stream:
+            if reply.error is not None:  # "abort" with an error: the server is shutting down
+                timer.done = True  # a failed request is not a finished one
+                raise ApiError(503 if reply.finish_reason == "abort" else 400, reply.error)
+            new_ids = [] if reply.token is None else [reply.token]
+            if new_ids:
+                timer.token(reply.prompt_tokens, reply.cached_tokens)
+            completion += len(new_ids)
+            text = checker.feed(reply.text)
+            reason = "stop" if checker.stopped else reply.finish_reason
+            counts = {"prompt_tokens": reply.prompt_tokens, "cached_tokens": reply.cached_tokens}
+            if reason is None and not reply.finished:
+                if await request.is_disconnected():
+                    logger.info("request %d: the client left; aborting", stream.uid)
+                    return
+                if text or new_ids:
+                    yield Piece(text, new_ids, **counts)
+                continue
+            usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": completion,
+                     "total_tokens": reply.prompt_tokens + completion,
+                     "prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
+            timer.finish(reason or "stop")
+            yield Piece(text + checker.flush(), new_ids, reason or "stop", usage, **counts)
+            return
+    finally:
+        timer.finish("abort")  # the client left (nothing happens if it has finished)
+        stream.close()  # aborts the request unless it finished
+
+
+async def first_and_rest(gen: AsyncGenerator[Piece]) -> AsyncGenerator[Piece]:
+    """Wait for the first piece now (errors surface before any byte is sent), then the rest.
+
+    Closing the returned generator closes `gen`, whose `finally` aborts an unfinished request;
+    the endpoints close it with `aclosing`, so that never waits for the garbage collector."""
+    try:
+        first = await anext(gen)
+    except StopAsyncIteration:  # the client left before the first piece
+        raise ApiError(499, "the client closed the connection") from None
+
+    async def chained() -> AsyncGenerator[Piece]:
+        async with aclosing(gen):
+            yield first
+            async for piece in gen:
+                yield piece
+
+    return chained()
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()
+
+
+def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict[str, Any]]],
+                 first: dict[str, Any] | None = None) -> StreamingResponse:
+    """Server-sent events: `first`, then what `render` makes of each piece, then [DONE]."""
+
+    async def events() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield sse(first)
+        try:
+            async with aclosing(gen):
+                async for piece in gen:
+                    for data in render(piece):
+                        yield sse(data)
+        except ApiError as e:  # the status is sent already: the error goes in the stream
+            yield sse(e.body)
+        yield sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
+    """The app serving one model with the settings in `args` (names, API key, limits)."""
+    # What clients may call the model: the name given with --served-model-name, else the name
+    # it was asked for by (--model) and its folder. The first is the one the server reports.
+    model_names = [args.served_model_name] if args.served_model_name else \
+        [args.model_name, args.model_path]
+    metrics = ServerMetrics(model_names[0])
+    limits: RequestLimits | None = None
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        nonlocal limits
+        client.start()
+        reply = await client.control("limits")  # the engine's vocabulary and context sizes
+        limits = RequestLimits(reply.info["vocab_size"], reply.info["max_seq_len"])
+        busy_log = None
+        if args.log_interval > 0:
+            busy_log = asyncio.get_running_loop().create_task(log_while_busy(
+                metrics, lambda: client.control("stats", timeout=5),
+                lambda: client.open_requests > 0, args.log_interval))
+        yield
+        if busy_log is not None:
+            busy_log.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await busy_log
+        await client.aclose()
+
+    app = FastAPI(title="minisgl", version=__version__, lifespan=lifespan)
+    app.add_middleware(RequestGuard, max_body_bytes=args.max_body_bytes,
+                       allowed_hosts=loopback_hosts(args.host, args.port), api_key=args.api_key)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, e: ApiError) -> JSONResponse:
+        return JSONResponse(e.body, status_code=e.status)
+
+    @app.exception_handler(HTTPException)  # unknown routes (404), wrong methods (405)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        message = {404: f"there is no endpoint {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}
+        error = ApiError(e.status_code, message.get(e.status_code, str(e.detail)),
+                         code=_HTTP_CODES.get(e.status_code))
+        return JSONResponse(error.body, status_code=e.status_code, headers=e.headers)
+
+    async def body(request: Request, cls: type[T]) -> T:
+        return parse_body(cls, await request.body(), limits)
+
+    def submit_prompt(params: SamplingParams, prompt: str | list[int]) -> RequestStream:
+        """A completion prompt: text (encoded by a tokenizer worker) or token ids."""
+        if isinstance(prompt, str):
+            return client.submit(params, text=prompt)
+        return client.submit(params, input_ids=prompt)
+
+    async def run(stream: RequestStream, stops: list[str], request: Request
+                  ) -> AsyncGenerator[Piece]:
+        """The request's pieces, timed for the metrics; the first one has arrived already."""
+        return await first_and_rest(pieces(stream, stops, request, metrics.start_request()))
+
+    def check_model(name: str | None) -> str:
+        if name is not None and name not in model_names:
+            raise ApiError(404, f"the model '{name}' does not exist; this server serves "
+                                f"'{model_names[0]}'", param="model", code="model_not_found")
+        return model_names[0]
+
+    async def scheduler_stats() -> dict[str, int] | None:
+        try:
+            return (await client.control("stats", timeout=10)).info
+        except TimeoutError:
+            return None
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        stats = await scheduler_stats()
+        if stats is None:
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return JSONResponse({"status": "ok", **stats})
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        stats = await scheduler_stats()
+        if stats is not None:  # else the last numbers stay: a scrape must not fail for it
+            metrics.scheduler.update(stats)
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": __version__}
+
+    @app.get("/get_model_info")
+    async def get_model_info() -> dict[str, Any]:
+        assert limits is not None
+        return {"model_path": args.model_path, "tokenizer_path": args.model_path,
+                "served_model_name": model_names[0], "is_generation": True,
+                "max_context_length": limits.max_seq_len, "vocab_size": limits.vocab_size}
+
+    @app.get("/get_server_info")
+    async def get_server_info() -> dict[str, Any]:
+        return {"version": __version__, **args.public_settings(), "max_context_length":
+                limits.max_seq_len if limits else None, "scheduler": await scheduler_stats()}
+
+    @app.post("/flush_cache")
+    async def flush_cache() -> JSONResponse:
+        reply = await client.control("flush_cache")
+        if not reply.ok:
+            raise ApiError(409, reply.error or "cannot flush the cache now")
+        return JSONResponse({"status": "ok", **reply.info})
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": model_names[0], "object": "model", "created": 0, "owned_by": "minisgl",
+                "root": args.model_path, "max_model_len": limits.max_seq_len if limits else None}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        req = await body(request, ChatCompletionRequest)
+        model = check_model(req.model)
+        params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
+        gen = await run(client.submit(params, messages=req.chat()), req.stop_strings, request)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
+                "model": model}
+        if not req.stream:
+            text, last, _ = await collect(gen)
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": last.finish_reason, "logprobs": None}
+            return {**head, "object": "chat.completion", "choices": [choice], "usage": last.usage}
+        chunk = {**head, "object": "chat.completion.chunk"}
+
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            out = []
+            if piece.text:
+                out.append({**chunk, "choices": [{"index": 0, "delta": {"content": piece.text},
+                                                  "finish_reason": None}]})
+            if piece.finish_reason is not None:
+                out.append({**chunk, "choices": [{"index": 0, "delta": {},
+                                                  "finish_reason": piece.finish_reason}]})
+                if req.include_usage:
+                    out.append({**chunk, "choices": [], "usage": piece.usage})
+            return out
+
+        role = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                      "finish_reason": None}]}
+        return sse_response(gen, render, first=role)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req = await body(request, CompletionRequest)
+        model = check_model(req.model)
+        params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
+        gen = await run(submit_prompt(params, req.one_prompt()), req.stop_strings, request)
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                "created": int(time.time()), "model": model}
+        if not req.stream:
+            text, last, _ = await collect(gen)
+            choice = {"index": 0, "text": text, "finish_reason": last.finish_reason,
+                      "logprobs": None}
+            return {**head, "choices": [choice], "usage": last.usage}
+
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            out = []
+            if piece.text or piece.finish_reason is not None:
+                out.append({**head, "choices": [{"index": 0, "text": piece.text, "logprobs": None,
+                                                 "finish_reason": piece.finish_reason}]})
+            if piece.finish_reason is not None and req.include_usage:
+                out.append({**head, "choices": [], "usage": piece.usage})
+            return out
+
+        return sse_response(gen, render)
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        req = await body(request, GenerateRequest)
+        stream = submit_prompt(req.to_sampling_params(), req.one_prompt())
+        rid = uuid.uuid4().hex
+        gen = await run(stream, req.stop_strings, request)
+        if not req.stream:
+            text, last, token_ids = await collect(gen)
+            return {"text": text, "output_ids": token_ids,
+                    "meta_info": meta_info(rid, last, len(token_ids))}
+        # As SGLang's, every event holds the text and output ids so far, not just the new part.
+        text, token_ids = "", []
+
+        def render(piece: Piece) -> list[dict[str, Any]]:
+            nonlocal text
+            text += piece.text
+            token_ids.extend(piece.token_ids)
+            return [{"text": text, "output_ids": list(token_ids),
+                     "meta_info": meta_info(rid, piece, len(token_ids))}]
+
+        return sse_response(gen, render)
+
+    return app
+
+
+def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:
+    """SGLang's meta_info of a /generate answer (so far): finish_reason is null until the last
+    event, then {"type": "stop"} or {"type": "length", "length": tokens generated}."""
+    reason: dict[str, Any] | None = None
+    if piece.finish_reason is not None:
+        reason = {"type": piece.finish_reason}
+        if piece.finish_reason == "length":
+            reason["length"] = completion_tokens
+    return {"id": rid, "finish_reason": reason, "prompt_tokens": piece.prompt_tokens,
+            "completion_tokens": completion_tokens, "cached_tokens": piece.cached_tokens}
+
+
+async def collect(gen: AsyncIterator[Piece]) -> tuple[str, Piece, list[int]]:
+    """A whole non-streamed answer: its text, its last piece (reason, usage), its tokens."""
+    text, token_ids = "", []
+    async for piece in gen:
+        text += piece.text
+        token_ids += piece.token_ids
+        last = piece
+    return text, last, token_ids
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn, plus: on SIGTERM or Ctrl-C every open request ends at once with an error (a
+    stream gets an error event and [DONE]), so the graceful shutdown that follows has no
+    connection left to wait for."""
+
+    def __init__(self, config: uvicorn.Config, client: FrontendClient) -> None:
+        super().__init__(config)
+        self.client = client
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A signal handler runs between two bytecodes of the event loop's thread: hand the work
+        # to the loop rather than touch its queues from here.
+        asyncio.get_running_loop().call_soon_threadsafe(self.client.fail_all,
+                                                        "the server is shutting down")
+        super().handle_exit(sig, frame)

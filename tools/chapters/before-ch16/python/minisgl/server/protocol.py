@@ -1,0 +1,364 @@
+"""The request bodies of the HTTP API, and errors in OpenAI's JSON shape.
+
+Bodies are validated strictly: "5" is not a number and "yes" is not a boolean, because a client
+that sends them has a bug worth reporting. Nothing is silently dropped either: a field the server
+does not know is a 400 that names it, and so is a field it knows but cannot honour yet (n > 1,
+logprobs, penalties) when it asks for anything but the default. A few fields that change nothing
+here are accepted and ignored; `IGNORED_FIELDS` lists them, with the reason.
+
+Every value is checked against exact bounds here, at the boundary, so nothing reaches the engine
+that it cannot run: integers fit in 64 bits, floats are finite, token ids are inside the
+vocabulary and top_k is at most its size (`RequestLimits`, from the scheduler at start-up).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from minisgl.core import MIN_TEMPERATURE, SamplingParams
+
+T = TypeVar("T", bound=BaseModel)
+INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit integers
+INT64_MIN = -(1 << 63)
+# A prompt longer than max_seq_len * MAX_CHARS_PER_TOKEN characters is refused before it is
+# tokenized. Tokenizing costs time in proportion to the characters (about 1 s per million), so
+# without a bound one huge prompt holds a tokenizer worker, and every request queued behind it,
+# for seconds, only to fail the context check afterwards. Natural text and code average 3-5
+# characters per token; 32 is far above that, so only degenerate text (say, a long run of one
+# character that the vocabulary has a long token for) could be refused although it would fit.
+MAX_CHARS_PER_TOKEN = 32
+GENERATE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
+
+# Fields a client may send that change nothing on this server, so they are accepted and ignored:
+IGNORED_FIELDS = {
+    "user": "an end-user id for the provider's abuse monitoring; there is none here",
+    "safety_identifier": "the newer name of `user`",
+    "metadata": "tags for the provider's stored-completions dashboard; nothing is stored here",
+    "prompt_cache_key": "a routing hint for the provider's prompt cache; the radix cache needs "
+                        "no hint",
+}
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What the engine can run: ids in [0, vocab_size), prompt + answer <= max_seq_len."""
+
+    vocab_size: int
+    max_seq_len: int
+
+    @property
+    def max_prompt_chars(self) -> int:
+        return self.max_seq_len * MAX_CHARS_PER_TOKEN
+
+    def check_ids(self, ids: list[int], param: str) -> None:
+        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"'{param}' holds the token id {bad}, outside the vocabulary "
+                                f"[0, {self.vocab_size})", param=param)
+
+    def check_chars(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise ApiError(400, f"a prompt of {chars} characters cannot fit in the context of "
+                                f"{self.max_seq_len} tokens (prompts over "
+                                f"{self.max_prompt_chars} characters are refused untokenized)",
+                           param=param, code="context_length_exceeded")
+
+    def check_top_k(self, top_k: int, param: str) -> None:
+        if not (top_k == -1 or 1 <= top_k <= self.vocab_size):
+            raise ApiError(400, f"top_k must be -1 (off) or in [1, {self.vocab_size}] (the "
+                                f"vocabulary size), got {top_k}", param=param)
+
+
+class ApiError(Exception):
+    """An error for the client: an HTTP status and OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, kind: str | None = None,
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
+        self.body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    # field -> the values accepted for a feature this server does not have yet: sending the
+    # default is fine (some clients always send it), asking for more is a 400 that names it
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    def check_not_yet(self, prefix: str = "") -> None:
+        for name, accepted in self.NOT_YET.items():
+            value = getattr(self, name)
+            if value not in accepted:
+                shown = " or ".join(repr(v) for v in accepted if v is not None) or "null"
+                raise ApiError(400, f"'{prefix}{name}' = {value!r} is not supported by this "
+                                    f"server yet (leave it out, or send {shown})",
+                               param=prefix + name, code="unsupported_parameter")
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    """The fields that chat and text completions share (OpenAI's names, plus SGLang's and
+    vLLM's top_k and ignore_eos)."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+        "repetition_penalty": (1,), "logit_bias": (None, {}), "store": (None, False),
+    }
+
+    model: str | None = None  # None: the served model
+    max_tokens: int | None = Field(None, gt=0, le=INT64_MAX)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    # not in OpenAI's API; -1 is off (SGLang and vLLM accept it too); at most the vocabulary size
+    top_k: int = Field(-1, ge=-1, le=INT64_MAX)
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    # accepted and ignored: see IGNORED_FIELDS
+    user: str | None = None
+    safety_identifier: str | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    # not yet: see NOT_YET
+    n: int = Field(1, ge=1, le=INT64_MAX)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    logit_bias: dict[str, float] | None = None
+    store: bool | None = None
+
+    @property
+    def asked_max_tokens(self) -> int | None:
+        """The client's limit on new tokens, None when it gave none."""
+        return self.max_tokens
+
+    def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
+        """The engine's parameters; max_tokens None leaves the limit to the scheduler."""
+        return make_sampling_params(self.temperature, self.top_k, self.top_p, self.ignore_eos,
+                                    self.asked_max_tokens or default_max_tokens, self.seed)
+
+    def check(self, limits: RequestLimits | None) -> None:
+        """The checks beyond each field's own type and range (ApiError 400 naming the field);
+        those that need the engine's numbers only when `limits` are given."""
+        self.check_not_yet()
+        if self.stream_options is not None and not self.stream:
+            raise ApiError(400, "'stream_options' is only allowed with 'stream': true",
+                           param="stream_options")
+        if limits is not None:
+            limits.check_top_k(self.top_k, "top_k")
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return stop_list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+def make_sampling_params(temperature: float, top_k: int, top_p: float, ignore_eos: bool,
+                         max_tokens: int | None, seed: int | None) -> SamplingParams:
+    # A temperature too small to divide the logits by is greedy in effect: send it as such.
+    temperature = temperature if temperature >= MIN_TEMPERATURE else 0.0
+    try:
+        return SamplingParams(temperature, top_k, top_p, ignore_eos, max_tokens, seed=seed)
+    except ValueError as e:
+        raise ApiError(400, str(e), param="top_k" if "top_k" in str(e) else None) from None
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[TextPart]
+    # accepted and ignored: a participant's name, and the call a tool's answer belongs to (the
+    # chat templates here render only roles and contents)
+    name: str | None = None
+    tool_call_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(_Sampling):
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_Sampling.NOT_YET, "logprobs": (None, False), "top_logprobs": (None, 0)}
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, gt=0, le=INT64_MAX)  # newer max_tokens
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @property
+    def asked_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def chat(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.text} for m in self.messages]
+
+    def check(self, limits: RequestLimits | None) -> None:
+        super().check(limits)
+        if limits is not None:
+            limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
+
+
+class CompletionRequest(_Sampling):
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        **_Sampling.NOT_YET, "logprobs": (None,), "echo": (False,), "best_of": (None, 1),
+        "suffix": (None,)}
+
+    prompt: str | list[int] | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False
+    best_of: int | None = Field(None, ge=1, le=INT64_MAX)
+    suffix: str | None = None
+
+    def one_prompt(self) -> str | list[int]:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            if len(self.prompt) != 1:
+                raise ApiError(400, "only one prompt per request is supported", param="prompt")
+            return self.prompt[0]
+        if not self.prompt:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        return self.prompt  # type: ignore[return-value]
+
+    def check(self, limits: RequestLimits | None) -> None:
+        super().check(limits)
+        prompt = self.one_prompt()
+        if limits is None:
+            return
+        if isinstance(prompt, str):
+            limits.check_chars(len(prompt), "prompt")
+        else:
+            limits.check_ids(prompt, "prompt")
+
+
+class GenerateSamplingParams(_Body):
+    """`sampling_params` of SGLang's /generate, with SGLang's names and defaults."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {
+        "n": (1,), "presence_penalty": (0,), "frequency_penalty": (0,),
+        "repetition_penalty": (1,), "min_p": (0,), "min_new_tokens": (0,),
+        "stop_token_ids": (None, []), "skip_special_tokens": (True,),
+        "spaces_between_special_tokens": (True,), "no_stop_trim": (False,),
+        "json_schema": (None,), "regex": (None,), "ebnf": (None,),
+    }
+
+    max_new_tokens: int = Field(GENERATE_DEFAULT_MAX_NEW_TOKENS, gt=0, le=INT64_MAX)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1, le=INT64_MAX)
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    sampling_seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    # not yet: see NOT_YET
+    n: int = Field(1, ge=1, le=INT64_MAX)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0, le=INT64_MAX)
+    min_p: float = Field(0.0, ge=0, le=1)
+    min_new_tokens: int = Field(0, ge=0, le=INT64_MAX)
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+
+
+class GenerateRequest(_Body):
+    """SGLang's /generate: one prompt, as text or token ids, and SGLang's sampling_params."""
+
+    NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {"return_logprob": (False,)}
+
+    text: str | None = None
+    input_ids: list[int] | None = None
+    sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
+    stream: bool = False
+    return_logprob: bool = False
+
+    def one_prompt(self) -> str | list[int]:
+        if (self.text is None) == (self.input_ids is None):
+            raise ApiError(400, "give exactly one of 'text' and 'input_ids'")
+        if self.input_ids is not None and not self.input_ids:
+            raise ApiError(400, "'input_ids' is empty", param="input_ids")
+        return self.text if self.text is not None else self.input_ids  # type: ignore[return-value]
+
+    def to_sampling_params(self) -> SamplingParams:
+        p = self.sampling_params
+        return make_sampling_params(p.temperature, p.top_k, p.top_p, p.ignore_eos,
+                                    p.max_new_tokens, p.sampling_seed)
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return stop_list(self.sampling_params.stop)
+
+    def check(self, limits: RequestLimits | None) -> None:
+        prompt = self.one_prompt()
+        self.check_not_yet()
+        self.sampling_params.check_not_yet("sampling_params.")
+        if limits is None:
+            return
+        limits.check_top_k(self.sampling_params.top_k, "sampling_params.top_k")
+        if isinstance(prompt, str):
+            limits.check_chars(len(prompt), "text")
+        else:
+            limits.check_ids(prompt, "input_ids")
+
+
+def parse_body(cls: type[T], body: bytes, limits: RequestLimits | None = None) -> T:
+    """The request body as `cls`, or a 400 ApiError that names the offending field; with
+    `limits`, checked against the engine's numbers too."""
+    try:
+        req = cls.model_validate_json(body)
+    except ValidationError as e:
+        raise _error_for(e) from None
+    req.check(limits)  # type: ignore[attr-defined]
+    return req
+
+
+def _error_for(e: ValidationError) -> ApiError:
+    """The 400 ApiError for a body that does not validate."""
+    first = e.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return ApiError(400, f"the body is not valid JSON: {first['msg']}")
+    # A union field adds the member it tried to the location ("prompt", "list[int]", 1);
+    # the client needs the field's own path, the part before that tag.
+    tags = [i for i, part in enumerate(first["loc"]) if _is_type_tag(part)]
+    loc = first["loc"][: tags[0]] if tags else first["loc"]
+    where = ".".join(str(part) for part in loc)
+    if first["type"] == "extra_forbidden":
+        return ApiError(400, f"'{where}' is not a field this server supports", param=where,
+                        code="unsupported_parameter")
+    if len(loc) < len(first["loc"]):
+        return ApiError(400, f"'{where}' has a type this field does not allow", param=where)
+    if not where:
+        return ApiError(400, f"the body must be a JSON object: {first['msg']}")
+    if first["type"] == "missing":
+        return ApiError(400, f"'{where}' is required", param=where)
+    return ApiError(400, f"'{where}': {first['msg']}", param=where)
+
+
+def _is_type_tag(part: str | int) -> bool:
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
