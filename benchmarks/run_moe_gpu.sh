@@ -11,38 +11,9 @@
 # time limit, and a failing or timed-out step does not stop the ones after it.
 set -u
 OUT=${OUT:-/tmp/moe}
-mkdir -p "$OUT"
-export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-DEADLINE=$((SECONDS + 470))  # the whole script; each step also gets at most what is left
-NOISE='Loading weights|Writing model shards|generation_config|^\s*$'
-
-MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
-MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)' 2>&1)"
-MACHINE+=$'\n'"commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$MACHINE"
+BUDGET_S=470  # the whole script; each step also gets at most what is left
+source "$(dirname "$0")/gpu_steps.sh"
 [ -d .cache/models/Qwen/Qwen3-30B-A3B ] || echo "WARNING: .cache/models/Qwen/Qwen3-30B-A3B is missing: the model step will fail"
-
-# step NAME LIMIT_S COMMAND...: run COMMAND under a time limit, output to the screen and $OUT/NAME.txt
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local left=$((DEADLINE - SECONDS))
-  ((left < limit)) && limit=$left
-  if ((limit < 20)); then
-    echo "+++ $name: skipped, the script's time is up" | tee "$OUT/$name.txt"
-    return
-  fi
-  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
-  {
-    echo "\$ $*"
-    echo "$MACHINE"
-    timeout -k 10 "$limit" "$@" 2>&1
-    local rc=$?
-    ((rc == 124 || rc == 137)) && echo "TIMED OUT after $limit s"
-    echo "exit status $rc"
-  } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
-}
 
 # 1. The chapter-18 tests on CUDA: fused vs torch at the real expert shapes (fp32 and bf16), a CUDA
 #    graph replaying new routings, the tiny models against HF (the engine on the GPU).

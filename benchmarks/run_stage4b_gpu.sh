@@ -11,41 +11,10 @@
 # benchmark/offline/bench.py, unchanged) adds a step that runs it with MINISGL_DUMMY_WEIGHT=1.
 set -u
 OUT=${OUT:-/tmp/stage4b}
-mkdir -p "$OUT"
-export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-DEADLINE=$((SECONDS + 540))  # the whole script; each step also gets at most what is left
+BUDGET_S=540  # the whole script; each step also gets at most what is left
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|profiler_st'
-
-MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
-MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)' 2>&1)"
-MACHINE+=$'\n'"commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "$MACHINE"
+source "$(dirname "$0")/gpu_steps.sh"
 [ -d .cache/models/Qwen/Qwen3-0.6B ] || echo "WARNING: .cache/models/Qwen/Qwen3-0.6B is missing: the Qwen3 steps will fail"
-
-# step NAME LIMIT_S COMMAND...: run COMMAND under a time limit, output to the screen and $OUT/NAME.txt
-step() {
-  local name=$1 limit=$2
-  shift 2
-  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
-    return
-  fi
-  local left=$((DEADLINE - SECONDS))
-  ((left < limit)) && limit=$left
-  if ((limit < 20)); then
-    echo "+++ $name: skipped, the script's time is up" | tee "$OUT/$name.txt"
-    return
-  fi
-  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
-  {
-    echo "\$ $*"
-    echo "$MACHINE"
-    timeout -k 10 "$limit" "$@" 2>&1
-    local rc=$?
-    ((rc == 124 || rc == 137)) && echo "TIMED OUT after $limit s"
-    echo "exit status $rc"
-  } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
-}
 OFF="env MINISGL_DISABLE_OVERLAP_SCHEDULING=1"
 
 # 1. The official workload (Qwen3-0.6B, random bf16 weights, 256 requests, 133,966 output tokens)

@@ -11,40 +11,9 @@
 # others. STEPS="name ..." runs only the named steps.
 set -u
 OUT=${OUT:-/tmp/tp_gpu}
-mkdir -p "$OUT"
-export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# NVLink multicast stays off (distributed/comm.py sets these in every rank too)
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-DEADLINE=$((SECONDS + 570))
+BUDGET_S=570  # the whole script; each step also gets at most what is left
 NOISE='Loading weights|Writing model shards|generation_config|FutureWarning|return func|^\s*$'
-
-MACHINE="$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | sort | uniq -c)"
-MACHINE+=$'\n'"$(python -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())' 2>&1)"
-echo "$MACHINE"
-
-step() {
-  local name=$1 limit=$2
-  shift 2
-  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
-    return
-  fi
-  local left=$((DEADLINE - SECONDS))
-  ((left < limit)) && limit=$left
-  if ((limit < 20)); then
-    echo "+++ $name: skipped, the script's time is up" | tee "$OUT/$name.txt"
-    return
-  fi
-  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
-  {
-    echo "\$ $*"
-    echo "$MACHINE"
-    timeout -k 10 "$limit" "$@" 2>&1
-    local rc=$?
-    ((rc == 124 || rc == 137)) && echo "TIMED OUT after $limit s"
-    echo "exit status $rc"
-  } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
-}
+source "$(dirname "$0")/gpu_steps.sh"
 
 # 1-2. Greedy tokens at TP=2 vs TP=1 (fp32, one random checkpoint each): prints "N/N sequences
 # identical" and PASS when no sequence differs in its first 8 tokens.
