@@ -26,7 +26,6 @@ from minisgl.llm import LLM
 MODEL = "Qwen/Qwen3-0.6B"
 ENGINE = dict(max_seq_len_override=4096, max_extend_tokens=16384, cuda_graph_max_bs=256,
               page_size=256, dummy_weight=True)
-H200_BW, H200_FLOPS = 4.8e12, 989e12  # HBM bytes/s, dense bf16 FLOP/s
 
 
 def build(mode: str, trace_set: str | None, **extra) -> LLM:
@@ -87,37 +86,17 @@ def main() -> None:
 
 
 def roofline(path: str) -> None:
-    """Bytes and FLOPs per generated token of Qwen3-0.6B decode (bf16) against the H200: weights
-    are read once per step and shared by the batch; each token reads its own KV (1024 context)."""
-    import matplotlib
+    """Bytes and FLOPs per generated token of Qwen3-0.6B decode (bf16) against the H200
+    (minisgl.trace.roofline): weights read once per step and shared by the batch, each token
+    reading its own K/V over a 1024-token context."""
+    from minisgl.models.config import ModelConfig
+    from minisgl.trace import roofline as rf
+    from minisgl.utils.offline import QWEN3_CONFIG
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    hidden, inter, layers, heads, kv, d, vocab = 1024, 3072, 28, 16, 8, 128, 151936
-    params = layers * (hidden * (heads + 2 * kv) * d + heads * d * hidden + 3 * hidden * inter) \
-        + vocab * hidden
-    kv_bytes = 2 * layers * kv * d * 2 * 1024
-    xs, ys, lines = [], [], []
-    for batch in [1, 8, 32, 64, 128, 256]:
-        flops = 2 * params + 4 * layers * heads * d * 1024
-        bytes_ = 2 * params / batch + kv_bytes
-        intensity = flops / bytes_
-        bound = min(H200_FLOPS, intensity * H200_BW) / flops  # tokens/s per sequence-step
-        xs.append(intensity)
-        ys.append(min(H200_FLOPS, intensity * H200_BW) / 1e12)
-        lines.append(f"batch {batch:3d}: {bytes_ / 1e6:7.2f} MB and {flops / 1e9:5.2f} GFLOP per "
-                     f"token, {intensity:7.1f} FLOP/B, bound {bound:9.0f} tok/s")
-    grid = [10 ** (i / 10) for i in range(0, 41)]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.loglog(grid, [min(H200_FLOPS, g * H200_BW) / 1e12 for g in grid], label="H200 roof")
-    ax.loglog(xs, ys, "o", label="Qwen3-0.6B decode, batch 1..256")
-    ax.set_xlabel("FLOP per byte")
-    ax.set_ylabel("TFLOP/s attainable")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print("\n".join(lines))
+    cfg = ModelConfig.from_dict(QWEN3_CONFIG)
+    batches = [1, 8, 32, 64, 128, 256]
+    print(rf.table(cfg, rf.H200, batches, 1024))
+    rf.plot([rf.decode_cost(cfg, b, 1024) for b in batches], rf.H200, path, "Qwen3-0.6B decode")
     print(f"roofline: {path}")
 
 
