@@ -34,6 +34,10 @@ step capture 120 python benchmarks/stage5_e2e.py capture "$SET" --scale "$SCALE"
 # 2. Bench every solution (torch, Triton, CUDA ext) on every workload; 3. table + plot.
 step bench 150 python -m minisgl.trace bench "$SET" --warmup 3 --iters 10 --trials 3
 step report 30 python -m minisgl.trace report "$SET" --plot "$OUT/report.png"
+# 3b. flashinfer-bench's own CLI on a copy of the set (its runners need CUDA devices; our
+# Solutions are Python entries that import minisgl, found through PYTHONPATH=python/).
+rm -rf "$OUT/set_fib" && cp -r "$SET" "$OUT/set_fib" && rm -rf "$OUT/set_fib/traces"
+step fib_cli 90 flashinfer-bench run --local "$OUT/set_fib" --definitions rmsnorm_h1024 fused_add_rmsnorm_h1024 silu_and_mul_i3072 --warmup-runs 3 --iterations 10 --num-trials 1 --save-results
 # 4. The official workload: torch-only kernels, defaults, apply (tok/s).
 step run_torch 90 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE"
 step run_default 60 python benchmarks/stage5_e2e.py run default --scale "$SCALE"
