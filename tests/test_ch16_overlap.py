@@ -234,3 +234,32 @@ def test_seeded_sampling_is_the_same_with_and_without_overlap(tiny_qwen3, monkey
     solo = play(make_scheduler(tiny_qwen3, monkeypatch, True),
                 Script({0: [(prompts[4], params[4])]}))
     assert solo.tokens[0] == on.tokens[4]
+
+
+def test_penalties_are_the_same_with_and_without_overlap_and_match_the_formula(tiny_qwen3,
+                                                                                monkeypatch):
+    """Greedy decoding with penalties is deterministic: overlap on == off, also when requests
+    are retracted (their counts restart from prompt + output), and each token is the argmax of
+    HF transformers' logits after the penalty formula (plain Python over the tokens so far)."""
+    from test_ch16_sampler import _reference_penalties
+    from transformers import AutoModelForCausalLM
+
+    prompts = random_prompts(5, 7)
+    params = [SamplingParams(max_tokens=14, ignore_eos=True, presence_penalty=p, frequency_penalty=f,
+                             repetition_penalty=r)
+              for p, f, r in ((1.5, 0.5, 1.0), (0.0, 2.0, 1.3), (0.0, 0.0, 1.8), (-1.0, 0.0, 0.7),
+                              (0.0, 0.0, 1.0))]
+    script = Script({0: list(zip(prompts, params))})
+    off, on = both(tiny_qwen3, monkeypatch, script, num_pages=14, max_prefill_length=24)
+    assert on.stats.retracted > 0
+    hf = AutoModelForCausalLM.from_pretrained(tiny_qwen3, torch_dtype=torch.float32).eval()
+    for n in (0, 1, 2, 3):
+        p, ids = params[n], list(prompts[n])
+        for _ in range(p.max_tokens):
+            with torch.no_grad():
+                logits = hf(torch.tensor([ids])).logits[0, -1].tolist()
+            ref = _reference_penalties(logits, prompts[n], ids[len(prompts[n]):],
+                                       p.presence_penalty, p.frequency_penalty,
+                                       p.repetition_penalty)
+            ids.append(max(range(len(ref)), key=ref.__getitem__))
+        assert on.tokens[n] == ids[len(prompts[n]):], n

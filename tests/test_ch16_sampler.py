@@ -131,3 +131,118 @@ def test_device_and_cpu_agree_on_a_gpu():
                                     torch.arange(8, device=device)).cpu()
     # the numbers are the same; a token differs only where two cdf sums round differently
     assert (got["cpu"] == got["cuda"]).float().mean() >= 0.75
+
+
+# ---- penalties and log-probabilities (issue 16) ------------------------------------------------
+
+
+def _reference_penalties(logits: list[float], prompt: list[int], generated: list[int],
+                         presence: float, frequency: float, repetition: float) -> list[float]:
+    """The definitions, token by token: repetition over prompt + generated tokens (divide a
+    positive logit, multiply a negative one), then OpenAI's presence and frequency over the
+    generated ones."""
+    out = []
+    for token, x in enumerate(logits):
+        if token in prompt or token in generated:
+            x = x / repetition if x > 0 else x * repetition
+        count = generated.count(token)
+        out.append(x - presence * (count > 0) - frequency * count)
+    return out
+
+
+def test_penalties_follow_the_reference_step_after_step():
+    """Greedy rows with random penalties, decoded for a few steps: each step's tokens are the
+    argmax of the reference formula over the tokens seen so far (the sampler counts its own
+    tokens on the device)."""
+    gen = torch.Generator().manual_seed(3)
+    vocab, rows = 40, [5, 1, 6, 2]
+    sampler = DeviceSampler(8, CPU, seed=0, vocab_size=vocab)
+    params = [SamplingParams(presence_penalty=1.5, frequency_penalty=0.7, repetition_penalty=1.3),
+              SamplingParams(presence_penalty=-0.5, frequency_penalty=2.0),
+              SamplingParams(repetition_penalty=0.6),  # below 1 favours seen tokens
+              SamplingParams()]  # no penalty, in the same batch
+    prompts = [torch.randint(0, vocab, (int(n),), generator=gen).tolist() for n in (6, 3, 9, 4)]
+    generated = [torch.randint(0, vocab, (int(n),), generator=gen).tolist() for n in (3, 5, 0, 2)]
+    sampler.set_rows(rows, params, uids=[0, 1, 2, 3])
+    sampler.reset_counts(rows[:3], prompts[:3], generated[:3])
+    for step in range(6):
+        logits = torch.randn(4, vocab, generator=gen) * 3
+        tokens = sample(sampler, logits, rows, [20 + step] * 4).tolist()
+        for i, p in enumerate(params):
+            ref = _reference_penalties(logits[i].tolist(), prompts[i], generated[i],
+                                       p.presence_penalty, p.frequency_penalty,
+                                       p.repetition_penalty)
+            assert tokens[i] == max(range(vocab), key=ref.__getitem__), (step, i)
+            generated[i].append(tokens[i])
+    for i, row in enumerate(rows[:3]):  # the device counts are the Python counts
+        assert sampler.counts[row].tolist() == [generated[i].count(t) for t in range(vocab)]
+        assert sampler.in_prompt[row].tolist() == [t in prompts[i] for t in range(vocab)]
+
+
+def test_apply_penalties_on_random_values_matches_the_formula():
+    from minisgl.engine.device_sample import apply_penalties
+
+    gen = torch.Generator().manual_seed(4)
+    b, vocab = 6, 30
+    logits = torch.randn(b, vocab, generator=gen) * 4
+    counts = torch.randint(0, 4, (b, vocab), generator=gen).float() * \
+        (torch.rand(b, vocab, generator=gen) < 0.3)
+    in_prompt = torch.rand(b, vocab, generator=gen) < 0.2
+    presence = torch.rand(b, generator=gen) * 4 - 2
+    frequency = torch.rand(b, generator=gen) * 4 - 2
+    repetition = torch.rand(b, generator=gen) * 2 + 0.1
+    got = apply_penalties(logits, counts, in_prompt, presence, frequency, repetition)
+    for i in range(b):
+        generated = [t for t in range(vocab) for _ in range(int(counts[i, t]))]
+        prompt = [t for t in range(vocab) if in_prompt[i, t]]
+        ref = _reference_penalties(logits[i].tolist(), prompt, generated, presence[i].item(),
+                                   frequency[i].item(), repetition[i].item())
+        assert torch.allclose(got[i], torch.tensor(ref), atol=1e-5)
+
+
+def test_a_reset_row_forgets_the_previous_request():
+    vocab = 10
+    s = DeviceSampler(3, CPU, seed=0, vocab_size=vocab)
+    s.set_rows([1], [SamplingParams(frequency_penalty=1.0)], uids=[0])
+    s.reset_counts([1], [[1, 2]], [[3, 3, 3]])
+    s.set_rows([1], [SamplingParams(presence_penalty=1.0)], uids=[1])
+    s.reset_counts([1], [[4]], [[5]])
+    assert s.counts[1].tolist() == [1.0 if t == 5 else 0.0 for t in range(vocab)]
+    assert s.in_prompt[1].nonzero().flatten().tolist() == [4]
+    with pytest.raises(RuntimeError, match="vocab_size"):
+        DeviceSampler(2, CPU).reset_counts([0], [[1]], [[]])
+
+
+def test_logprobs_only_for_the_rows_that_asked():
+    gen = torch.Generator().manual_seed(6)
+    vocab = 50
+    s = DeviceSampler(6, CPU, seed=0, vocab_size=vocab)
+    params = [SamplingParams(logprobs=3), SamplingParams(), SamplingParams(logprobs=0),
+              SamplingParams(temperature=0.5, repetition_penalty=2.0, logprobs=20)]
+    rows = [4, 0, 2, 5]
+    s.set_rows(rows, params, uids=[0, 1, 2, 3])
+    s.reset_counts([5], [[1, 2, 3]], [[]])
+    logits = torch.randn(4, vocab, generator=gen) * 3
+    tokens = sample(s, logits, rows, [1, 1, 1, 1])
+    got = s.logprobs(logits, torch.tensor(rows), tokens)
+    assert got.index == [0, 2, 3] and got.top_k == [3, 0, 20]
+    for n, i in enumerate(got.index):
+        row = logits[i].double().tolist()
+        total = math.log(sum(math.exp(x) for x in row))  # of the raw logits, not penalized
+        ref = [x - total for x in row]
+        assert abs(got.chosen[n].item() - ref[tokens[i]]) < 1e-5
+        k = got.top_k[n]
+        top = sorted(range(vocab), key=lambda t: -ref[t])[:k]
+        assert got.top_ids[n, :k].tolist() == top
+        assert all(abs(got.top_logprobs[n, j].item() - ref[t]) < 1e-5 for j, t in enumerate(top))
+    s.set_rows(rows, [SamplingParams()] * 4, uids=[4, 5, 6, 7])
+    assert s.logprobs(logits, torch.tensor(rows), tokens) is None
+
+
+@pytest.mark.parametrize("bad", [dict(presence_penalty=2.5), dict(frequency_penalty=-2.01),
+                                 dict(frequency_penalty=math.nan), dict(repetition_penalty=0),
+                                 dict(repetition_penalty=-1), dict(repetition_penalty=1e9),
+                                 dict(logprobs=-1), dict(logprobs=21)])
+def test_sampling_params_refuse_out_of_range_penalties_and_logprobs(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        SamplingParams(**bad)

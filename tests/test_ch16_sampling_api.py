@@ -1,0 +1,256 @@
+"""Chapter 16 through the API (issue 16): log-probs, seeds, n > 1 and penalties on SmolLM2.
+
+References: HF transformers' logits on the same weights (log-softmax, and the penalty formula of
+tests/test_ch16_sampler.py applied in plain Python). One server serves the whole module, through
+the official openai client and raw HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import openai
+import pytest
+import torch
+from conftest import RunningServer
+from test_ch16_sampler import _reference_penalties
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_dir):
+    srv = RunningServer(["--model", str(smollm2_dir), "--num-pages", "4096", "--max-seq-len",
+                         "1024"])
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0,
+                         timeout=300)
+
+
+@pytest.fixture(scope="module")
+def hf_model(smollm2_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm2_dir, torch_dtype=torch.float32).eval()
+
+
+def hf_log_softmax(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1].double().log_softmax(-1)
+
+
+def random_prompt(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(1000, 40000) for _ in range(n)]
+
+
+def test_completion_logprobs_are_the_log_softmax_of_the_logits(server, client, hf_model):
+    """Sampled at temperature 1 with a seed; the same seed through /generate names the tokens
+    (a seeded draw depends on the seed and the position only)."""
+    rng = random.Random()
+    prompt, seed = random_prompt(rng, 12), rng.randrange(1 << 40)
+    got = client.completions.create(model=server.model_name, prompt=prompt, max_tokens=4,
+                                    temperature=1.0, seed=seed, logprobs=5,
+                                    extra_body={"ignore_eos": True})
+    lp = got.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert "".join(lp.tokens) == got.choices[0].text
+    status, same = server.post("/generate", {"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": 4, "temperature": 1.0, "sampling_seed": seed, "ignore_eos": True}})
+    assert status == 200 and same["text"] == got.choices[0].text
+    context = list(prompt)
+    for step, token in enumerate(same["output_ids"]):
+        ref = hf_log_softmax(hf_model, context)
+        assert abs(lp.token_logprobs[step] - ref[token].item()) < 1e-4
+        # the top 5 (the dict also holds the sampled token when it is not among them)
+        values = sorted(lp.top_logprobs[step].values(), reverse=True)[:5]
+        assert torch.allclose(torch.tensor(values, dtype=torch.float64), ref.topk(5).values,
+                              atol=1e-4)
+        assert len(lp.top_logprobs[step]) <= 6
+        assert lp.text_offset[step] == sum(len(t) for t in lp.tokens[:step])
+        context.append(token)
+
+
+def test_chat_logprobs_shape_and_values(server, client, hf_model, smollm2_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    got = client.chat.completions.create(model=server.model_name, messages=messages,
+                                         max_tokens=6, temperature=0, logprobs=True,
+                                         top_logprobs=3)
+    content = got.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == got.choices[0].message.content
+    from minisgl.tokenizer.tokenize import load_tokenizer
+
+    context = load_tokenizer(smollm2_dir).apply_chat_template(messages)  # the server's prompt
+    assert len(context) == got.usage.prompt_tokens
+    for t in content:
+        ref = hf_log_softmax(hf_model, context)
+        token = int(ref.argmax())  # greedy: the most likely token
+        assert t.token == tok.decode([token]) and bytes(t.bytes) == t.token.encode()
+        assert abs(t.logprob - ref[token].item()) < 1e-4
+        top = ref.topk(3)
+        assert [x.token for x in t.top_logprobs] == [tok.decode([i]) for i in top.indices]
+        assert all(abs(x.logprob - v) < 1e-4 for x, v in zip(t.top_logprobs, top.values.tolist()))
+        context.append(token)
+    # logprobs without top_logprobs: each token's own, no alternatives
+    got = client.chat.completions.create(model=server.model_name, messages=messages,
+                                         max_tokens=3, temperature=0, logprobs=True)
+    assert all(t.top_logprobs == [] for t in got.choices[0].logprobs.content)
+    plain = client.chat.completions.create(model=server.model_name, messages=messages,
+                                           max_tokens=3, temperature=0)
+    assert plain.choices[0].logprobs is None
+
+
+def test_streamed_logprobs_match_the_whole_answer(server, client):
+    messages = [{"role": "user", "content": "Name a color."}]
+    once = client.chat.completions.create(model=server.model_name, messages=messages,
+                                          max_tokens=6, temperature=0, logprobs=True,
+                                          top_logprobs=2)
+    chunks = list(client.chat.completions.create(
+        model=server.model_name, messages=messages, max_tokens=6, temperature=0, logprobs=True,
+        top_logprobs=2, stream=True))
+    streamed = [t for c in chunks for ch in c.choices if ch.logprobs for t in ch.logprobs.content]
+    whole = once.choices[0].logprobs.content
+    # the same tokens; the values within rounding (the second request reads the prompt's K/V
+    # from the prefix cache instead of computing it in the same pass)
+    assert [t.token for t in streamed] == [t.token for t in whole]
+    assert all(abs(a.logprob - b.logprob) < 1e-4 for a, b in zip(streamed, whole))
+    got = list(client.completions.create(model=server.model_name, prompt="Once upon",
+                                         max_tokens=5, temperature=0, logprobs=1, stream=True,
+                                         extra_body={"ignore_eos": True}))
+    offsets = [o for c in got for ch in c.choices if ch.logprobs for o in ch.logprobs.text_offset]
+    tokens = [t for c in got for ch in c.choices if ch.logprobs for t in ch.logprobs.tokens]
+    assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+
+
+def test_same_seed_same_text_different_seeds_differ(server, client):
+    kwargs = dict(model=server.model_name, prompt="The weather today is", max_tokens=16,
+                  temperature=1.0, extra_body={"ignore_eos": True})
+    a = client.completions.create(seed=1234, **kwargs).choices[0].text
+    b = client.completions.create(seed=1234, **kwargs).choices[0].text
+    others = {client.completions.create(seed=s, **kwargs).choices[0].text for s in (1, 2, 3)}
+    assert a == b
+    assert len(others | {a}) >= 3
+
+
+def test_n_answers_share_one_prefill(server, client):
+    rng = random.Random()
+    prompt = random_prompt(rng, 40)  # never seen before: nothing of it is cached
+    status, outs = server.post("/generate", {"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": 5, "n": 3, "temperature": 1.0, "sampling_seed": 7,
+        "ignore_eos": True}})
+    assert status == 200 and isinstance(outs, list) and len(outs) == 3
+    cached = [o["meta_info"]["cached_tokens"] for o in outs]
+    # the first computes the prompt; the others find it in the prefix cache (all of it but
+    # what must be computed again to sample from: the last token at least)
+    assert cached[0] == 0 and all(c >= len(prompt) - 8 for c in cached[1:]), cached
+    assert len({tuple(o["output_ids"]) for o in outs}) == 3  # a seed each
+    # the first of n draws what n=1 draws with the same seed
+    status, one = server.post("/generate", {"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": 5, "temperature": 1.0, "sampling_seed": 7, "ignore_eos": True}})
+    assert one["output_ids"] == outs[0]["output_ids"]
+    # openai client: chat and completions, streamed and not
+    messages = [{"role": "user", "content": f"Say something about the number {rng.random()}"}]
+    chat = client.chat.completions.create(model=server.model_name, messages=messages,
+                                          max_tokens=6, n=3, temperature=1.0, seed=3)
+    assert [c.index for c in chat.choices] == [0, 1, 2]
+    assert len({c.message.content for c in chat.choices}) >= 2
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    chunks = list(client.completions.create(model=server.model_name, prompt=prompt, max_tokens=4,
+                                            n=2, temperature=1.0, seed=9, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}))
+    texts = {0: "", 1: ""}
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.text
+    whole = client.completions.create(model=server.model_name, prompt=prompt, max_tokens=4, n=2,
+                                      temperature=1.0, seed=9, extra_body={"ignore_eos": True})
+    assert [texts[0], texts[1]] == [c.text for c in whole.choices]
+    assert chunks[-1].usage.completion_tokens == 8 == whole.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == len(prompt) == whole.usage.prompt_tokens
+
+
+def test_penalties_through_the_server_match_the_formula(server, hf_model):
+    """Greedy with penalties (deterministic): each token is the argmax of HF's logits after the
+    reference formula over the tokens so far."""
+    rng = random.Random()
+    prompt = random_prompt(rng, 10)
+    for sp in ({"presence_penalty": 1.2, "frequency_penalty": 0.8},
+               {"repetition_penalty": 1.4}, {"frequency_penalty": -1.0, "repetition_penalty": 0.8}):
+        status, got = server.post("/generate", {"input_ids": prompt, "sampling_params": {
+            "max_new_tokens": 6, "temperature": 0, "ignore_eos": True, **sp}})
+        assert status == 200, got
+        ids = list(prompt)
+        for _ in range(6):
+            with torch.no_grad():
+                logits = hf_model(torch.tensor([ids])).logits[0, -1].tolist()
+            ref = _reference_penalties(logits, prompt, ids[len(prompt):],
+                                       sp.get("presence_penalty", 0.0),
+                                       sp.get("frequency_penalty", 0.0),
+                                       sp.get("repetition_penalty", 1.0))
+            ids.append(max(range(len(ref)), key=ref.__getitem__))
+        assert got["output_ids"] == ids[len(prompt):], sp
+
+
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+PROMPT = {"prompt": "Hi", "max_tokens": 2}
+GEN = {"text": "Hi", "sampling_params": {"max_new_tokens": 2}}
+
+HOSTILE = [  # (path, body, the field the 400 must name)
+    *[("/v1/chat/completions", {**CHAT, **extra}, name) for name, extra in [
+        ("n", {"n": 0}), ("n", {"n": 17}), ("n", {"n": 1 << 40}), ("n", {"n": 2.5}),
+        ("n", {"n": "3"}), ("n", {"n": True}),
+        ("presence_penalty", {"presence_penalty": 2.01}),
+        ("presence_penalty", {"presence_penalty": "1"}),
+        ("frequency_penalty", {"frequency_penalty": -2.5}),
+        ("frequency_penalty", {"frequency_penalty": 1e308}),
+        ("repetition_penalty", {"repetition_penalty": 0}),
+        ("repetition_penalty", {"repetition_penalty": -1}),
+        ("repetition_penalty", {"repetition_penalty": 101}),
+        ("top_logprobs", {"logprobs": True, "top_logprobs": 21}),
+        ("top_logprobs", {"logprobs": True, "top_logprobs": -1}),
+        ("top_logprobs", {"top_logprobs": 3}),  # without logprobs: true
+        ("top_logprobs", {"logprobs": False, "top_logprobs": 2}),
+        ("logprobs", {"logprobs": 1}), ("logprobs", {"logprobs": "true"})]],
+    *[("/v1/completions", {**PROMPT, **extra}, name) for name, extra in [
+        ("logprobs", {"logprobs": 6}), ("logprobs", {"logprobs": -1}),
+        ("logprobs", {"logprobs": True}), ("n", {"n": 17}), ("n", {"n": -1}),
+        ("best_of", {"best_of": 2}),
+        ("repetition_penalty", {"repetition_penalty": 1e300})]],
+    *[("/generate", {**GEN, **extra}, name) for name, extra in [
+        ("sampling_params.n", {"sampling_params": {"n": 17}}),
+        ("sampling_params.n", {"sampling_params": {"n": 0}}),
+        ("sampling_params.presence_penalty", {"sampling_params": {"presence_penalty": 3}}),
+        ("sampling_params.frequency_penalty", {"sampling_params": {"frequency_penalty": -3}}),
+        ("sampling_params.repetition_penalty", {"sampling_params": {
+            "repetition_penalty": 0.0}}),
+        ("return_logprob", {"return_logprob": True})]],
+]
+
+
+def test_hostile_values_are_a_400_naming_the_field(server):
+    for path, body, name in HOSTILE:
+        status, got = server.post(path, body)
+        assert status == 400, (path, body, got)
+        assert got["error"]["param"] == name, (path, body, got)
+    for path, body in [  # the bounds themselves are accepted
+            ("/v1/chat/completions", {**CHAT, "n": 16, "presence_penalty": -2,
+                                      "frequency_penalty": 2, "repetition_penalty": 100,
+                                      "logprobs": True, "top_logprobs": 20}),
+            ("/v1/completions", {**PROMPT, "logprobs": 5, "n": 1, "repetition_penalty": 1e-3}),
+            ("/generate", {**GEN, "sampling_params": {"max_new_tokens": 1, "n": 16,
+                                                      "presence_penalty": 2}})]:
+        status, got = server.post(path, body)
+        assert status == 200, (path, got)
+        if path == "/v1/chat/completions":
+            assert len(got["choices"]) == 16
+            assert all(len(t["top_logprobs"]) == 20
+                       for c in got["choices"] for t in c["logprobs"]["content"])
+            assert all(not math.isnan(t["logprob"])
+                       for c in got["choices"] for t in c["logprobs"]["content"])
