@@ -1,7 +1,7 @@
 """Chapter 23: the loop end to end, and what bounds it.
 
 On the bundled SmolLM2 (CPU), one engine:
-1. default: 8 chat prompts, greedy, 8 tokens each, timed;
+1. default: 4 chat prompts, greedy, 6 tokens each, timed;
 2. capture: the same requests with a recorder installed (chapter 21);
 3. bench: the torch solutions on every captured workload (chapter 22);
 4. apply: the same requests with the applier installed, timed, tokens compared with step 1.
@@ -35,7 +35,7 @@ from minisgl.trace.demo import chat_prompts
 from minisgl.trace.runtime import Runtime, install
 from minisgl.utils.offline import QWEN3_CONFIG, prepare_smollm2
 
-TOKENS = 8
+TOKENS = 6
 
 
 def timed(llm: LLM, prompts: list, params: SamplingParams) -> tuple[list, float]:
@@ -47,12 +47,13 @@ def timed(llm: LLM, prompts: list, params: SamplingParams) -> tuple[list, float]
 def main() -> int:
     start = time.perf_counter()
     model = prepare_smollm2()
-    llm = LLM(str(model), max_running_reqs=8)
-    prompts = chat_prompts(llm)
+    llm = LLM(str(model), max_running_reqs=4)
+    prompts = chat_prompts(llm)[:4]
     params = SamplingParams(max_tokens=TOKENS, ignore_eos=True)
     n_tokens = len(prompts) * TOKENS
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "set"
+        llm.generate(prompts[:1], SamplingParams(max_tokens=2), use_tqdm=False)  # warm-up
         default, s_default = timed(llm, prompts, params)
 
         recorder = Recorder(root)
@@ -62,7 +63,8 @@ def main() -> int:
         finally:
             recorder.close()
             install(None)
-        bench(root, BenchConfig("cpu", warmup=1, iters=3, trials=1, solutions=("torch",)))
+        bench(root, BenchConfig("cpu", warmup=1, iters=2, trials=1, solutions=("torch",),
+                                max_workloads=3))
 
         install(Runtime(applier=Applier.load(root, torch.device("cpu"))))
         try:
