@@ -188,7 +188,7 @@ def test_an_unknown_field_is_refused():
     with pytest.raises(MessageError, match="no field"):
         decode(msgpack.packb([{"_type": "AbortMsg", "uid": 1, "command": "rm -rf /"}]))
     wire = msgpack.unpackb(encode([UserMsg(1, [5], SamplingParams())]))
-    wire[0]["sampling_params"]["seed"] = 3
+    wire[0]["sampling_params"]["colour"] = 3  # a field no chapter has
     with pytest.raises(MessageError, match="no field"):
         decode(msgpack.packb(wire))
 
