@@ -19,8 +19,9 @@ from test_ch16_sampler import _reference_penalties
 
 @pytest.fixture(scope="module")
 def server(smollm2_dir):
+    # fp32 on a GPU too: the references are HF transformers' fp32 logits
     srv = RunningServer(["--model", str(smollm2_dir), "--num-pages", "4096", "--max-seq-len",
-                         "1024"])
+                         "1024", "--dtype", "float32"])
     yield srv
     srv.stop()
 
