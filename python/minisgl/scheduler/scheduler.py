@@ -87,13 +87,13 @@ class Scheduler:
         # Requests that finished while the step in flight still computes them: their memory is
         # freed when that step's tokens come back.
         self._finished_in_flight: set[Req] = set()
-        self._ready: list[TokenOutput] = []  # outputs the next step() returns first
+        self._early_outputs: list[TokenOutput] = []  # outputs the next step() returns first
         self._next_uid = 0
         self._counts = SchedulerStats()  # only its counters are kept up to date
 
     @property
     def has_work(self) -> bool:
-        return (self.prefill.runnable or self.decode.runnable or bool(self._ready)
+        return (self.prefill.runnable or self.decode.runnable or bool(self._early_outputs)
                 or self._in_flight is not None)
     def add_request(self, input_ids: list[int], params: SamplingParams,
                     uid: int | None = None) -> int:
@@ -106,7 +106,7 @@ class Scheduler:
         error = self._check_request(input_ids, params) or \
             self._check_fits(len(input_ids), max_tokens)
         if error is not None:
-            self._ready.append(TokenOutput(uid=uid, finished=True, finish_reason="error",
+            self._early_outputs.append(TokenOutput(uid=uid, finished=True, finish_reason="error",
                                                    error=error, prompt_tokens=len(input_ids)))
             return uid
         params = replace(params, max_tokens=max_tokens)
@@ -157,7 +157,7 @@ class Scheduler:
         if req is None:
             return None
         # A token the drain just read for it is not sent: the request ends with this abort.
-        self._ready = [out for out in self._ready if out.uid != uid]
+        self._early_outputs = [out for out in self._early_outputs if out.uid != uid]
         if req.table_idx >= 0:
             self._free(req)
         return TokenOutput(uid=uid, finished=True, finish_reason="abort",
@@ -171,15 +171,18 @@ class Scheduler:
         else:
             done = launched
         if done is not None:
-            self._ready += self._process(done)
-        outputs, self._ready = self._ready, []
+            self._early_outputs += self._process(done)
+        if self._in_flight is not None and \
+                len(self._finished_in_flight) == self._in_flight.batch.size:
+            self._drain()  # every request of the step in flight has finished: free them now
+        outputs, self._early_outputs = self._early_outputs, []
         return outputs
 
     def _drain(self) -> None:
         """Wait for the step in flight and process it now."""
         done, self._in_flight = self._in_flight, None
         if done is not None:
-            self._ready += self._process(done)
+            self._early_outputs += self._process(done)
 
     def _schedule(self) -> Batch | None:
         reserve = len(self.decode.running) * self.engine.page_size
