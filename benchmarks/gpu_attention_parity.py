@@ -23,6 +23,7 @@ import transformers
 
 from minisgl.attention import create_attn_backend
 from minisgl.core import Context, SamplingParams, set_global_ctx
+from minisgl.engine.engine import ForwardOutput
 from minisgl.engine.graph import padded_size
 from minisgl.llm import LLM
 from minisgl.tokenizer import load_tokenizer
@@ -139,7 +140,8 @@ def check_bf16_logits() -> None:
             ref_logits = engine.model.forward(batch.input_ids, batch.positions)
         set_global_ctx(engine.ctx)
         compared.append((batch.size, graph_logits, ref_logits))
-        return ref_logits.argmax(dim=-1)
+        tokens = ref_logits.argmax(dim=-1)
+        return ForwardOutput(tokens, tokens.cpu(), None)
 
     engine.forward_batch = compare_once
     gen = torch.Generator().manual_seed(20)
