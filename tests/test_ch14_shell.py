@@ -75,7 +75,12 @@ def test_ctrl_c_stops_an_answer_and_twice_at_the_prompt_leaves(smollm2_dir):
                           env=env, encoding="utf-8", timeout=300, dimensions=(50, 400))
     try:
         shell.expect_exact(PROMPT, timeout=300)
-        shell.sendline("Count from 1 to 300, separated by commas.")
+        question = "Count from 1 to 300, separated by commas."
+        shell.sendline(question)
+        # The terminal echoes the question at once, before the shell has read it: a Ctrl-C then
+        # would be one at the prompt (and the terminal drops the unread line). So wait for the
+        # echo, then for digits that only the answer writes.
+        shell.expect_exact(question, timeout=30)
         shell.expect(r"\d\d\d", timeout=120)  # the answer is streaming
         shell.sendintr()
         shell.expect_exact("(stopped)", timeout=60)
