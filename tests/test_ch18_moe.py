@@ -164,7 +164,6 @@ def test_greedy_tokens_match_hf_through_the_engine(tmp_path):
         llm.shutdown()
 
 
-# >>> ch17
 def test_tensor_parallel_tp2_equals_tp1(tiny_models):
     """Experts' intermediate dimension split over two gloo ranks, output all-reduced: the logits
     equal one rank's, for the all-MoE model and the one with a dense layer."""
@@ -177,4 +176,3 @@ def test_tensor_parallel_tp2_equals_tp1(tiny_models):
     for case, case_ids, got in zip(cases, ids, split):
         whole = load_model(tiny_models[case][0]).forward(case_ids, torch.arange(len(case_ids)))
         assert (whole - got).abs().max().item() <= 1e-5, case
-# <<< ch17

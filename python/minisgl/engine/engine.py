@@ -38,11 +38,8 @@ from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
 from .device_sample import DeviceSampler, TokenLogprobs
-
-# >>> ch15
 from .graph import GraphRunner, cuda_graph_sizes
 
-# <<< ch15
 # >>> ch21
 from minisgl.trace.session import trace_session
 
@@ -112,11 +109,9 @@ class Engine:
         self.page_size = config.page_size
         self.num_pages = config.num_pages or self._pages_that_fit()
         pool_pages = self.num_pages
-        # >>> ch15
         # One more page than the scheduler knows of: the padding rows of a CUDA graph write their
         # K/V into its first slot, which no request ever owns.
         pool_pages += 1
-        # <<< ch15
         self.kv_cache = MHAKVCache(KVPoolConfig(
             num_layers=mc.num_layers, num_kv_heads=self.num_kv_heads, head_dim=mc.head_dim,
             num_pages=pool_pages, page_size=self.page_size, dtype=config.dtype,
@@ -150,14 +145,12 @@ class Engine:
         logger.info("engine ready: %s, %d KV pages x %d tokens (%.1f MiB)", mc.architecture,
                     self.num_pages, self.page_size,
                     self.num_pages * self.page_size * self._kv_bytes_per_token() / 2**20)
-        # >>> ch15
         sizes = cuda_graph_sizes(config.cuda_graph_max_bs, config.max_running_reqs, self.device,
                                  self.attn_backend)
         self.graph_runner = GraphRunner(self.model, self.ctx, sizes,
                                         scratch_slot=self.num_pages * self.page_size,
                                         vocab_size=mc.vocab_size, device=self.device)
         self.graph_runner.capture()
-        # <<< ch15
 
     def _kv_bytes_per_token(self) -> int:
         mc = self.model_config
@@ -205,10 +198,8 @@ class Engine:
         return ForwardOutput(tokens, host, copied, logprobs)
 
     def _logits(self, batch: Batch, last: torch.Tensor) -> torch.Tensor:
-        # >>> ch15
         if self.graph_runner.can_run(batch):  # a decode batch small enough for a CUDA graph
             return self.graph_runner.replay(batch)
-        # <<< ch15
         self.attn_backend.prepare_metadata(batch)
         with self.ctx.forward_batch(batch):
             return self.model.forward(batch.input_ids, batch.positions,
