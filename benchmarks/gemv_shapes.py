@@ -6,7 +6,8 @@ plain Triton GEMV, each timed as CUDA-graph replays in the same run.
 A batch-1 decode step is mostly its four weight products per layer, and at batch 1 each is a
 matrix-vector product bound by reading the weight once. The profile of a replay
 (benchmarks/profile_decode_step.py) showed cuBLAS picking tiles that read the weights at well
-under the H200's bandwidth for these shapes; this prints, per shape, what each way reaches.
+under the H200's bandwidth for these shapes; this prints, per shape, what each way reaches,
+and the best tiling of the Triton kernel that kernel/triton/gemv.py's gemv_config encodes.
 """
 
 from __future__ import annotations
@@ -15,33 +16,21 @@ import itertools
 
 import torch
 import triton
-import triton.language as tl
+
+from minisgl.kernel.triton.gemv import _gemv_kernel
 
 # (name, out_features, in_features) of one Qwen3-0.6B layer, and the LM head
 SHAPES = [("qkv_proj", 4096, 1024), ("o_proj", 1024, 2048), ("gate_up_proj", 6144, 1024),
           ("down_proj", 1024, 3072), ("lm_head", 151936, 1024)]
 
 
-@triton.jit
-def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_w,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[n] = sum_k w[n, k] * x[k] for a block of BLOCK_N rows (fp32 accumulation)."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + rows[:, None] * stride_w + cols[None, :],
-                    mask=(rows[:, None] < N) & (cols[None, :] < K), other=0.0)
-        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0)
-        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
-    tl.store(out_ptr + rows, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=rows < N)
-
-
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, block_n: int, block_k: int,
                 num_warps: int) -> torch.Tensor:
+    """The engine's GEMV kernel (kernel/triton/gemv.py) with the tiling given, not its table's."""
     n, k = w.shape
-    _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, out, n, k, w.stride(0), BLOCK_N=block_n,
-                                             BLOCK_K=block_k, num_warps=num_warps)
+    _gemv_kernel[(triton.cdiv(n, block_n),)](x, w, w, out, n, k, w.stride(0), HAS_BIAS=False,
+                                             BLOCK_N=block_n, BLOCK_K=block_k,
+                                             num_warps=num_warps)
     return out
 
 
