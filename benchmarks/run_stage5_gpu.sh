@@ -5,28 +5,15 @@
 #
 # Needs the bundled Qwen3-0.6B config and tokenizer in .cache/models/Qwen/Qwen3-0.6B (as
 # run_stage4_gpu.sh), flashinfer-bench installed with --no-deps (its data model only). Writes
-# $OUT/<step>.txt (OUT defaults to /tmp/stage5), the trace set in $OUT/set, plots as PNG.
+# $OUT/<step>.txt (OUT defaults to /tmp/stage5; steps as in benchmarks/gpu_steps.sh), the trace
+# set in $OUT/set, plots as PNG.
 # SCALE (default 0.25) shortens the official workload's lengths for the capture and the runs.
 set -u
 OUT=${OUT:-/tmp/stage5}
 SCALE=${SCALE:-0.25}
-mkdir -p "$OUT"
-export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-DEADLINE=$((SECONDS + 540))
+BUDGET_S=540  # the whole script; each step also gets at most what is left
+source "$(dirname "$0")/gpu_steps.sh"
 SET=$OUT/set
-
-step() {
-  local name=$1 limit=$2
-  shift 2
-  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return; fi
-  local left=$((DEADLINE - SECONDS))
-  ((left < limit)) && limit=$left
-  if ((limit < 20)); then echo "+++ $name: skipped, time is up" | tee "$OUT/$name.txt"; return; fi
-  echo "+++ [$SECONDS s] $name (limit $limit s): $*"
-  { echo "\$ $*"; timeout -k 10 "$limit" "$@" 2>&1; echo "exit status $?"; } \
-    | grep --line-buffered -v -E 'Loading weights|^\s*$' | tee "$OUT/$name.txt"
-}
 
 rm -rf "$SET"
 # 1. Capture under the official offline workload (lengths x SCALE), CUDA graphs on.
