@@ -11,6 +11,9 @@ set -u
 mkdir -p "$OUT"
 export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Triton's compiled kernels in the project's cache, so that a later call can carry them (a fresh
+# machine otherwise compiles every kernel again)
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.cache/triton}
 # NVLink multicast stays off on multi-GPU machines (distributed/comm.py sets these in every rank too)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 DEADLINE=$((SECONDS + BUDGET_S))

@@ -11,7 +11,7 @@
 # time limit, and a failing or timed-out step does not stop the ones after it.
 set -u
 OUT=${OUT:-/tmp/moe}
-BUDGET_S=470  # the whole script; each step also gets at most what is left
+BUDGET_S=${BUDGET_S:-470}  # the whole script (override in the environment); each step also gets at most what is left
 source "$(dirname "$0")/gpu_steps.sh"
 [ -d .cache/models/Qwen/Qwen3-30B-A3B ] || echo "WARNING: .cache/models/Qwen/Qwen3-30B-A3B is missing: the model step will fail"
 

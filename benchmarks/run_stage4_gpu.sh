@@ -11,7 +11,7 @@
 # call when the first one ran out of time).
 set -u
 OUT=${OUT:-/tmp/stage4}
-BUDGET_S=540  # the whole script; each step also gets at most what is left
+BUDGET_S=${BUDGET_S:-540}  # the whole script (override in the environment); each step also gets at most what is left
 source "$(dirname "$0")/gpu_steps.sh"
 [ -d .cache/models/Qwen/Qwen3-0.6B ] || echo "WARNING: .cache/models/Qwen/Qwen3-0.6B is missing: steps 2-4 will fail"
 

@@ -11,7 +11,7 @@
 set -u
 OUT=${OUT:-/tmp/stage5}
 SCALE=${SCALE:-0.25}
-BUDGET_S=540  # the whole script; each step also gets at most what is left
+BUDGET_S=${BUDGET_S:-540}  # the whole script (override in the environment); each step also gets at most what is left
 source "$(dirname "$0")/gpu_steps.sh"
 SET=$OUT/set
 

@@ -11,7 +11,7 @@
 # others. STEPS="name ..." runs only the named steps.
 set -u
 OUT=${OUT:-/tmp/tp_gpu}
-BUDGET_S=570  # the whole script; each step also gets at most what is left
+BUDGET_S=${BUDGET_S:-570}  # the whole script (override in the environment); each step also gets at most what is left
 NOISE='Loading weights|Writing model shards|generation_config|FutureWarning|return func|^\s*$'
 source "$(dirname "$0")/gpu_steps.sh"
 
