@@ -60,13 +60,16 @@ def test_logits_match_hf(case, tiny_models):
 
 
 def test_model_on_fused_triton_moe_matches_hf(tiny_models):
+    # Triton runs where it can: compiled on a GPU, interpreted on a CPU (it cannot read CPU
+    # tensors when it compiles, so on a GPU machine the model goes to the GPU, still in fp32)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     folder, hf_model = tiny_models["mlp-only-layers"]
-    ours = load_model(folder)
+    ours = load_model(folder, device=device)
     for layer in ours.model.layers:
         if isinstance(layer.mlp, SparseMoeBlock):
             layer.mlp.backend = "triton"
     ids = torch.randint(0, TINY_MOE["vocab_size"], (9,), generator=torch.Generator().manual_seed(5))
-    got = ours.forward(ids, torch.arange(9))
+    got = ours.forward(ids.to(device), torch.arange(9, device=device)).cpu()
     assert (got - hf_logits(hf_model, ids)).abs().max().item() <= 1e-4
 
 
