@@ -67,6 +67,7 @@ class OpSpec:
     op_type: str  # the Definition's op_type (FlashInfer Trace's category)
     bucket_axis: str  # the variable axis whose power-of-two bucket `apply` keys its choice on
     exact: bool = False  # outputs must equal the reference bit for bit (copies, token ids)
+    low_precision_atol: float = 1e-2  # bf16/fp16 atol (FlashInfer-Bench's); see tolerance()
     opaque: bool = True  # ops called inside this one are part of it
     record_after: bool = False  # record after the call (inputs it reads are written by it)
     shared_inputs: tuple[str, ...] = ()  # weights and tables: saved once, not per workload
@@ -129,12 +130,13 @@ def tolerance(spec_: OpSpec, dtype: torch.dtype) -> tuple[float, float] | None:
     """(atol, rtol) for comparing a solution's float outputs, None when they must be equal.
 
     FlashInfer-Bench compares bf16/fp16 kernels at atol = rtol = 1e-2; fp32 (the CPU) is held to
-    1e-5, the bound chapter 20's kernel tests use."""
+    1e-5, the bound chapter 20's kernel tests use. An op may widen the bf16/fp16 atol where
+    correct kernels differ by more than 1e-2 through rounding alone (RopeOp says why)."""
     if spec_.exact:
         return None
     if dtype == torch.float32:
         return 1e-5, 1e-5
-    return 1e-2, 1e-2
+    return spec_.low_precision_atol, 1e-2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,6 +245,15 @@ class RopeOp(OpSpec):
 
     Canonical arguments: (qkv, positions, cos, sin, num_qo_heads, num_kv_heads, head_dim,
     q_norm_weight, k_norm_weight, eps), those of kernel.triton.qk_norm_rope; returns (q, k)."""
+
+    # An output is x1 * cos - x2 * sin: two products of a normalised head (values up to ~4) that
+    # cancel where the output is near 0. The reference and the torch path (like Hugging Face)
+    # round each product to bf16, the fused kernel only their sum; the two differ by up to one
+    # bf16 step of the products (1/32 for products in [2, 4)) however small the output. At
+    # atol 1e-2 that failed the correct Triton kernel on 1 element of 33 million (a 16384-token
+    # prefill on the H200, 2026-12-02; reproduced on a CPU by rounding once vs three times).
+    # 5e-2 covers it (OPS below sets it); a wrong rotation, position or norm is off by order 1
+    # and still fails.
 
     def site(self, layer: Any, qkv: torch.Tensor, positions: torch.Tensor) -> Call | None:
         norm = hasattr(layer, "q_norm")
@@ -582,8 +593,8 @@ OPS: dict[str, OpSpec] = {spec_.op: spec_ for spec_ in [
     RMSNormOp("rmsnorm", "rmsnorm", "batch_size"),
     FusedAddRMSNormOp("fused_add_rmsnorm", "rmsnorm", "batch_size"),
     SiluAndMulOp("silu_and_mul", "activation", "num_tokens"),
-    RopeOp("rope", "rope", "num_tokens", shared_inputs=("cos_cache", "sin_cache",
-                                                        "q_norm_weight", "k_norm_weight")),
+    RopeOp("rope", "rope", "num_tokens", low_precision_atol=5e-2,
+           shared_inputs=("cos_cache", "sin_cache", "q_norm_weight", "k_norm_weight")),
     StoreKVOp("store_kv", "store_kv", "num_tokens", exact=True, opaque=False),
     EmbeddingOp("embedding", "embedding", "num_tokens", exact=True, shared_inputs=("weight",)),
     MoEOp("moe", "moe", "num_tokens", shared_inputs=("w13", "w2")),
