@@ -74,7 +74,7 @@ def bench_layer() -> bool:
         loop = gpu_ms(lambda: fused_moe(x, logits, w13, w2, 8, True, backend="torch"), iters=10)
         active = min(128, batch * 8) * (1536 + 768) * 2048 * 2  # bytes of the experts used
         print(f"MoE layer batch {batch:4d}: fused triton {fused:7.3f} ms (in a CUDA graph "
-              f"{graphed:7.3f} ms, {active / graphed / 1e9:6.0f} GB/s of expert weights), "
+              f"{graphed:7.3f} ms, {active / (graphed * 1e-3) / 1e12:5.2f} TB/s of expert weights), "
               f"torch loop {loop:7.3f} ms, speedup {loop / fused:5.1f}x eager / "
               f"{loop / graphed:5.1f}x graphed; max rel diff {err:.1e}", flush=True)
         ok &= err < 2e-2
