@@ -25,8 +25,7 @@ step report 30 python -m minisgl.trace report "$SET" --plot "$OUT/report.png"
 # Solutions are Python entries that import minisgl, found through PYTHONPATH=python/).
 rm -rf "$OUT/set_fib" && cp -r "$SET" "$OUT/set_fib" && rm -rf "$OUT/set_fib/traces"
 step fib_cli 90 flashinfer-bench run --local "$OUT/set_fib" --definitions rmsnorm_h1024 fused_add_rmsnorm_h1024 silu_and_mul_i3072 --warmup-runs 3 --iterations 10 --num-trials 1 --save-results
-# 4. The official workload: torch-only kernels, defaults, apply (tok/s).
-step run_torch 90 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE"
+# 4. The official workload: defaults, apply (tok/s); torch-only comes last (step 8).
 step run_default 60 python benchmarks/stage5_e2e.py run default --scale "$SCALE"
 step run_apply 60 python benchmarks/stage5_e2e.py run apply --trace-set "$SET" --scale "$SCALE"
 # 5. Greedy tokens in fp32: apply == default.
@@ -34,4 +33,8 @@ step greedy 90 bash -c "python benchmarks/stage5_e2e.py greedy default $OUT/gree
 # 6. Batch-1 latency; 7. roofline plot.
 step latency 60 python benchmarks/stage5_e2e.py latency --trace-set "$SET"
 step roofline 20 python benchmarks/stage5_e2e.py roofline "$OUT/roofline.png"
+# 8. Torch-only: torch attention, no fused kernels, and so no CUDA graphs (the torch backend
+# cannot be captured): minutes at SCALE 0.25 (it timed out at 90 s on the H200), so it runs last,
+# with what is left of the budget, and the figures above do not wait for it.
+step run_torch 240 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE"
 grep -h "RESULT\|greedy tokens\|bench:" "$OUT"/*.txt | tee "$OUT/summary.txt"
