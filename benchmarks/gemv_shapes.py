@@ -76,7 +76,6 @@ def main() -> int:
             "torch.mv": graph_time_us(lambda i: torch.mv(ws[i], x[0]), copies),
             "x @ W^T (W^T stored)": graph_time_us(lambda i: torch.mm(x, wts[i]), copies),
         }
-        del wts
         out = torch.full((n,), float("nan"), device="cuda", dtype=dtype)
         best_cfg, best_t = None, float("inf")
         for bn, bk, warps in itertools.product([1, 2, 4, 8, 16], [256, 512, 1024, 2048, 4096],
@@ -96,7 +95,6 @@ def main() -> int:
         results[f"triton gemv, engine's {engine_cfg}"] = graph_time_us(
             lambda i: triton_gemv(x[0], ws[i], out, *engine_cfg), copies)
         results[f"triton gemv {best_cfg}"] = best_t
-        del ws
         line = "  ".join(f"{label} {t:6.1f} us ({gb / (t / 1e6) / 1000:4.2f} TB/s)"
                          for label, t in results.items())
         print(f"{name:13s} {n:6d} x {k:4d}: {line}")
