@@ -416,6 +416,15 @@ def test_benchmark_pure_parts():
             bench.check_args(bench.build_parser().parse_args(bad))
 
 
+def test_online_benchmark_names_a_refused_key(server):
+    out = subprocess.run(
+        [sys.executable, "-m", "minisgl.benchmark.serving", "--base-url", server.base_url,
+         "--api-key", "wrong", "--num-requests", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "HTTP 401" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
 def test_online_benchmark_at_two_rates_prints_the_table_and_writes_the_plot(server, tmp_path):
     png, result = tmp_path / "latency.png", tmp_path / "result.json"
     out = subprocess.run(
