@@ -11,7 +11,7 @@
 # made on this machine with:
 #   pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpuwheels \
-#     pyzmq msgpack fastapi uvicorn openai psutil prometheus-client setproctitle matplotlib
+#     pyzmq msgpack fastapi uvicorn openai psutil prometheus-client setproctitle matplotlib httpx2
 set -euo pipefail
 OUT=${OUT:-benchmarks/results}
 PORT=${PORT:-19190}
