@@ -21,8 +21,14 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
                 "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+# How long a rank waits for the others, at the rendezvous and in every collective. Ranks on other
+# machines come from launchers that may be started by hand, minutes apart; a rank that never comes
+# (or stops answering) is still an error after this long, never a hang.
+TIMEOUT_S = 600.0
+
+
 def init_tp(rank: int, size: int, init_method: str, device: torch.device | str,
-            timeout_s: float = 600.0) -> TPInfo:
+            timeout_s: float = TIMEOUT_S) -> TPInfo:
     """Join the group of `size` ranks at `init_method` (e.g. tcp://127.0.0.1:29500) as `rank`."""
     info = set_tp_info(rank, size)
     if size == 1:
@@ -34,8 +40,13 @@ def init_tp(rank: int, size: int, init_method: str, device: torch.device | str,
     else:  # ranks on one CPU share its cores; more threads than cores only slows them all
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except dist.DistError as e:  # torch's message says what failed, not what it was for
+        raise RuntimeError(f"rank {rank} of {size} could not meet the other ranks at "
+                           f"{init_method} (waiting at most {timeout_s:.0f} s; is every rank "
+                           f"started, with this address?): {e}") from None
     return info
 
 

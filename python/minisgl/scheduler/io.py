@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from minisgl.distributed import init_tp
+from minisgl.distributed.comm import TIMEOUT_S
 from minisgl.message import (
     AbortMsg,
     ControlMsg,
@@ -31,7 +32,7 @@ from minisgl.utils.proctitle import set_process_title
 
 from .config import SchedulerConfig
 from .scheduler import Scheduler
-from .tp import FollowerLinks, LeaderLink, TPRank, follow
+from .tp import FollowerLinks, LeaderLink, TPRank, follow, watch_other_nodes
 
 logger = init_logger(__name__)
 
@@ -124,6 +125,9 @@ def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: st
     torch.set_grad_enabled(False)
     try:
         config = replace(config, device=tp.device(config.device))
+        if tp.rank == 0 and tp.node(tp.size - 1) > 0:  # the other machines' launchers may be late
+            logger.info("%s: waiting for the other nodes' ranks at %s (at most %.0f s)", name,
+                        tp.init_method, TIMEOUT_S)
         init_tp(tp.rank, tp.size, tp.init_method, config.device)
         scheduler = Scheduler(config)
     except Exception as e:  # whatever stops the model from loading, the launcher must hear it
@@ -132,12 +136,14 @@ def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: st
         raise SystemExit(1) from e
     if tp.rank > 0:  # a follower: rank 0's messages in, nothing out
         link = LeaderLink(tp.links[tp.rank - 1])
+        watch_other_nodes(tp, {0: link.sock})
         ready.put([ReadyMsg(name)])
         follow(scheduler, link, SchedulerIO(scheduler).handle)
         return
     io = SchedulerIO(scheduler, recv_addr, send_addr)
     if tp.size > 1:
         io.followers = FollowerLinks(tp.links)
+        watch_other_nodes(tp, io.followers.socks)
     ready.put([ReadyMsg(name)])
     with torch.inference_mode():
         io.run_forever()

@@ -12,12 +12,18 @@ replies are dropped: rank 0 answers for all.
 The link is one ZeroMQ PUSH -> PULL socket per follower, carrying message-codec frames (no
 pickles). Rank 0 binds, each follower connects; a frame sent before a follower is connected waits
 for it, so nothing is lost at start-up.
+
+With ranks on several machines (--nnodes), each machine's launcher watches the ranks it started,
+but none of them sees another machine's ranks. The links do: `watch_other_nodes` ends a rank whose
+link to another machine closes, and that rank's launcher then stops its machine.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,16 +31,27 @@ from typing import Any
 
 import torch
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from minisgl.distributed import destroy_tp, init_tp
 from minisgl.distributed.local import free_port
 from minisgl.message import ControlMsg, decode, encode
+from minisgl.utils import init_logger
 from minisgl.utils.mp import ipc_addr, private_ipc_dir, setup_worker_process
 
 from .config import SchedulerConfig
 from .scheduler import Scheduler
 
+logger = init_logger(__name__)
+
 SHUTDOWN = "tp_shutdown"  # ControlMsg command that ends a follower's loop (offline LLM only)
+
+# A process that dies closes its sockets at once, but a machine that loses power or its network
+# closes nothing. ZeroMQ's heartbeats notice that: each end of a link PINGs the other every second
+# (answered by the peer's ZeroMQ thread, even while its Python code is busy in a forward pass) and
+# drops the connection after 10 s without an answer.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -53,10 +70,16 @@ class TPRank:
             return device
         return f"cuda:{self.rank % (self.ranks_per_node or self.size)}"
 
+    def node(self, rank: int) -> int:
+        """The machine that `rank` runs on: ranks are numbered machine by machine."""
+        return rank // (self.ranks_per_node or self.size)
+
 
 def _socket(kind: int, addr: str, bind: bool) -> zmq.Socket:
     sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     if bind:
         sock.bind(addr)
     else:
@@ -68,15 +91,16 @@ class FollowerLinks:
     """Rank 0's side: the same frame to every follower."""
 
     def __init__(self, addrs: tuple[str, ...]) -> None:
-        self._socks = [_socket(zmq.PUSH, addr, bind=True) for addr in addrs]
+        # rank r's socket is socks[r]
+        self.socks = {r: _socket(zmq.PUSH, addr, bind=True) for r, addr in enumerate(addrs, 1)}
 
     def send(self, msgs: list[Any]) -> None:
         frame = encode(msgs)
-        for sock in self._socks:
+        for sock in self.socks.values():
             sock.send(frame, copy=False)
 
     def close(self) -> None:
-        for sock in self._socks:
+        for sock in self.socks.values():
             sock.close()
 
 
@@ -84,13 +108,54 @@ class LeaderLink:
     """A follower's side: rank 0's frames, one per loop of rank 0."""
 
     def __init__(self, addr: str) -> None:
-        self._sock = _socket(zmq.PULL, addr, bind=False)
+        self.sock = _socket(zmq.PULL, addr, bind=False)
 
     def get(self) -> list[Any]:
-        return decode(self._sock.recv(copy=False).bytes)
+        return decode(self.sock.recv(copy=False).bytes)
 
     def close(self) -> None:
-        self._sock.close()
+        self.sock.close()
+
+
+# What a link's monitor reports: a connection that ended, and the failed handshakes of
+# connections that never were a link (a port scanner, a stray client).
+_LINK_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+
+
+def watch_other_nodes(tp: TPRank, links: dict[int, zmq.Socket]) -> None:
+    """End this process when its link to a rank on another machine closes (`links`: the peer
+    rank's socket). Without this, a rank whose peer is gone waits forever: rank 0's frames to a
+    dead rank have nowhere to go and its next forward pass waits in a collective, and a follower
+    whose rank 0 is gone waits for frames that never come. Ranks on this machine need no watch:
+    their launcher sees them die."""
+    monitors = {sock.get_monitor_socket(_LINK_EVENTS): peer for peer, sock in links.items()
+                if tp.node(peer) != tp.node(tp.rank)}
+    if monitors:
+        threading.Thread(target=_exit_when_a_link_closes, args=(tp, monitors),
+                         name="link-watch", daemon=True).start()
+
+
+def _exit_when_a_link_closes(tp: TPRank, monitors: dict[zmq.Socket, int]) -> None:
+    poller = zmq.Poller()
+    for monitor in monitors:
+        poller.register(monitor, zmq.POLLIN)
+    stranger = set()  # monitors whose next disconnect ends a failed handshake, not the link
+    while True:
+        for monitor, _ in poller.poll():
+            event = recv_monitor_message(monitor)
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                stranger.add(monitor)  # a handshake failed; its disconnect comes right after
+            elif monitor in stranger:
+                stranger.discard(monitor)
+            else:
+                peer = monitors[monitor]
+                logger.error("scheduler-rank%d: the link to scheduler-rank%d on node %d closed "
+                             "(%s): that rank or its machine stopped; stopping this rank",
+                             tp.rank, peer, tp.node(peer), event["endpoint"].decode())
+                # The main thread may be blocked in a socket or a collective, where no exception
+                # reaches it; a worker holds nothing that needs an orderly close (utils/mp.py).
+                os._exit(1)
 
 
 def follow(scheduler: Scheduler, link: LeaderLink, handle: Callable[[list[Any]], object]) -> None:

@@ -216,6 +216,8 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     # <<< before ch17
     # >>> ch17
     frontend = args.node_rank == 0  # other machines run scheduler ranks only
+    if not frontend:
+        set_process_title(f"node{args.node_rank}")  # it serves no API itself
     sock = bind_http_socket(args.host, args.port) if frontend and not run_shell else None
     # <<< ch17
     if args.log_level is not None:  # the workers read it when they start
