@@ -9,9 +9,12 @@ microseconds of GPU time to start, fill and drain, so a small model's decode ste
 how many kernels it has. On any machine, the pieces of one Qwen3-0.6B decoder layer (batch 1,
 bf16) run through the torch code under torch.profiler; every top-level op that computes (not a
 view, not a no-op cast) is one kernel launch on a GPU. Each fused piece is one launch by
-construction. On a GPU, the profiler also counts the CUDA kernels of one eager decode step of
-Qwen3-0.6B (dummy weights, Triton attention) through the scheduler, with the fused kernels and
-with MINISGL_DISABLE_FUSED_KERNELS=1, sampling and metadata copies included.
+construction; at batch 1 the two norms and SiLU-and-mul run inside the GEMV after them
+(kernel/triton/gemv.py's prologues), so they add no launch of their own (the last column). On a
+GPU, the profiler also counts the CUDA kernels of one eager decode step of Qwen3-0.6B (dummy
+weights, Triton attention) through the scheduler at batch 1, with the fused kernels (the GEMV
+prologues included) and with MINISGL_DISABLE_FUSED_KERNELS=1, sampling and metadata copies
+included.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ def torch_launches(fn) -> tuple[int, list[str]]:
     return len(names), names
 
 
-def layer_pieces() -> list[tuple[str, int, int, list[str]]]:
-    """(piece, torch launches, fused launches, the torch ops) for one layer at batch 1."""
+def layer_pieces() -> list[tuple[str, int, int, int, list[str]]]:
+    """(piece, torch launches, fused launches, launches with the GEMV prologues, the torch ops)
+    for one layer at batch 1."""
     gen = torch.Generator().manual_seed(0)
 
     def rand(*shape):
@@ -67,16 +71,16 @@ def layer_pieces() -> list[tuple[str, int, int, list[str]]]:
     qkv = rand(1, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
     gate_up = rand(1, 2 * INTER)
     positions = torch.tensor([100])
-    pieces = [
-        ("input add + RMSNorm", lambda: norm.forward(x, residual)),
-        ("q/k RMSNorm + RoPE", lambda: attn._qkv_normed_and_rotated(qkv, positions)),
-        ("post-attention add + RMSNorm", lambda: norm.forward(x, residual)),
-        ("SiLU-and-mul", lambda: silu_and_mul(gate_up)),
+    pieces = [  # (name, the torch code, launches at batch 1: 0 when inside the next GEMV)
+        ("input add + RMSNorm", lambda: norm.forward(x, residual), 0),
+        ("q/k RMSNorm + RoPE", lambda: attn._qkv_normed_and_rotated(qkv, positions), 1),
+        ("post-attention add + RMSNorm", lambda: norm.forward(x, residual), 0),
+        ("SiLU-and-mul", lambda: silu_and_mul(gate_up), 0),
     ]
     rows = []
-    for name, fn in pieces:
+    for name, fn, in_gemv in pieces:
         count, names = torch_launches(fn)
-        rows.append((name, count, 1, names))
+        rows.append((name, count, 1, in_gemv, names))
     return rows
 
 
@@ -114,11 +118,13 @@ def gpu_step_kernels() -> dict[str, int]:
 
 def main() -> int:
     print("One Qwen3-0.6B decoder layer at batch 1, bf16: kernel launches per piece")
-    total_before = total_after = 0
-    for name, before, after, names in layer_pieces():
+    total_before = total_after = total_gemv = 0
+    for name, before, after, in_gemv, names in layer_pieces():
         total_before += before
         total_after += after
-        print(f"  {name:30s} torch {before:2d} -> fused {after}   ({' '.join(names)})")
+        total_gemv += in_gemv
+        print(f"  {name:30s} torch {before:2d} -> fused {after} -> with prologues {in_gemv}   "
+              f"({' '.join(names)})")
     # The rest of a layer is the same on both sides: four GEMMs (qkv, o, gate_up, down), the
     # KV store (chapter 19's CUDA kernel) and decode attention (chapter 20: one kernel with a
     # single split, a split kernel and a merge kernel otherwise).
@@ -126,6 +132,8 @@ def main() -> int:
     print(f"  {'GEMMs, store_kv, attention':30s} same on both sides: {same} (4 + 1 + 2)")
     print(f"kernels per decoder layer: torch {total_before + same} -> fused {total_after + same}"
           f"; x 28 layers: {28 * (total_before + same)} -> {28 * (total_after + same)}")
+    print(f"with the GEMV prologues (norms, SiLU-and-mul inside the GEMVs): {total_gemv + same} per "
+          f"decoder layer, {28 * (total_gemv + same)} for 28 layers")
     if torch.cuda.is_available():
         counts = gpu_step_kernels()
         on, off = counts["fused kernels"], counts["torch ops"]

@@ -1,7 +1,9 @@
 """Chapter 20: the fused small kernels of a decoder layer (RMSNorm, add + RMSNorm, q/k norm + RoPE,
-SiLU-and-mul) against the layers' torch code, which is what a CPU runs and the reference; and the
-decode attention kernel's tiling configs (one split writing its result directly, other key-block
-sizes) against dense attention.
+SiLU-and-mul) against the layers' torch code, which is what a CPU runs and the reference; the
+one-token GEMV, alone and with an RMSNorm or SiLU-and-mul computed on its input, against the torch
+composition, and a decoder on that one-token path against the torch code; and the decode attention
+kernel's tiling configs (one split writing its result directly, other key-block sizes) against
+dense attention.
 
 On a CPU the kernels run under Triton's interpreter, in fp32 (within 1e-5) and fp16 (the rounding
 order of the torch code, so equal within one fp16 step); the interpreter keeps bf16 as raw 16-bit
@@ -11,10 +13,16 @@ kernel writes into a given tensor, and strided inputs come from slices of wider 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
+import torch.nn.functional as F
 from test_ch20_triton_attention import check_decode, paged_kv
 
+import minisgl.kernel.triton as kernels
+import minisgl.layers.linear as linear_module
+from minisgl.distributed import set_tp_info
 from minisgl.kernel.triton import (
     DECODE_CONFIGS,
     DecodeConfig,
@@ -22,11 +30,14 @@ from minisgl.kernel.triton import (
     decode_attention,
     fused_add_rms_norm,
     gemv,
+    gemv_rmsnorm,
+    gemv_silu_and_mul,
     max_num_splits,
     qk_norm_rope,
     rms_norm,
     silu_and_mul,
 )
+from minisgl.layers import LinearRowParallel
 from minisgl.layers.activation import silu_and_mul as torch_silu_and_mul
 from minisgl.layers.norm import rms_norm as torch_rms_norm
 from minisgl.layers.rotary import RotaryEmbedding
@@ -304,6 +315,235 @@ def test_gemv_rejects_what_it_cannot_compute():
 
 
 # ---------------------------------------------------------------------------------------------
+# The GEMV with the small op before it computed on its input (gemv_rmsnorm, gemv_silu_and_mul)
+
+
+def torch_norm_linear(x, w, b, norm_w, eps, residual=None):
+    """What the layers do on a CPU: the add and RMSNorm (RMSNormFused), then the product with the
+    GEMV's arithmetic (fp32 products and sums, rounded once)."""
+    total = x if residual is None else x + residual
+    normed = torch_rms_norm(total, norm_w, eps)
+    out = F.linear(normed.float(), w.float(), None if b is None else b.float())
+    return out.to(x.dtype), total
+
+
+def torch_gated_linear(x2, w, b):
+    out = F.linear(torch_silu_and_mul(x2).float(), w.float(), None if b is None else b.float())
+    return out.to(x2.dtype)
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """Every new float tensor starts as NaN: an output element the kernel forgets stays NaN."""
+    empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+# (n, k, bias, residual): short and long rows (both tilings of gemv_config), a ragged last tile
+NORM_CASES = [(37, 300, True, True), (9, 2048, False, True), (16, 96, False, False),
+              (5, 1030, True, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("n,k,bias,residual", NORM_CASES)
+def test_gemv_rmsnorm_equals_norm_then_linear(n, k, bias, residual, dtype, poisoned_outputs):
+    gen = torch.Generator().manual_seed(n * 1000 + k)
+    x, r = randn(1, k, gen=gen, dtype=dtype, scale=3.0), randn(1, k, gen=gen, dtype=dtype)
+    w = randn(n, k, gen=gen, dtype=dtype, scale=k ** -0.5)
+    b = randn(n, gen=gen, dtype=dtype) if bias else None
+    norm_w = randn(k, gen=gen, dtype=dtype)
+    r = r if residual else None
+    expected, expected_total = torch_norm_linear(x, w, b, norm_w, 1e-6, r)
+
+    def dev(t):
+        return None if t is None else t.to(DEVICE)
+
+    xd, rd = dev(x), dev(r)
+    out, total = gemv_rmsnorm(xd, dev(w), dev(b), dev(norm_w), 1e-6, rd)
+    close(out, expected, dtype)
+    assert torch.equal(xd.cpu(), x) and (r is None or torch.equal(rd.cpu(), r))  # not written
+    if residual:
+        assert torch.equal(total.cpu(), expected_total)  # x + residual, rounded as torch rounds
+        assert total.data_ptr() not in (xd.data_ptr(), rd.data_ptr())
+    else:
+        assert total is xd  # the first layer: x itself is the residual, as in RMSNormFused
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("n,k,bias", [(1, 7, False), (37, 300, True), (24, 2048, True)])
+def test_gemv_silu_and_mul_equals_activation_then_linear(n, k, bias, dtype, poisoned_outputs):
+    gen = torch.Generator().manual_seed(n * 1000 + k + 1)
+    x2 = randn(1, 2 * k, gen=gen, dtype=dtype, scale=4.0)  # far into both tails of silu
+    w = randn(n, k, gen=gen, dtype=dtype, scale=k ** -0.5)
+    b = randn(n, gen=gen, dtype=dtype) if bias else None
+    got = gemv_silu_and_mul(x2.to(DEVICE), w.to(DEVICE), None if b is None else b.to(DEVICE))
+    close(got, torch_gated_linear(x2, w, b), dtype)
+
+
+def test_prologues_round_where_the_small_kernels_round():
+    """With an identity weight the GEMV's output is its input, exactly: in fp16 it must equal
+    what RMSNorm (with the residual add) and SiLU-and-mul write, bit for bit."""
+    gen = torch.Generator().manual_seed(11)
+    k, half = 96, torch.float16
+    eye = torch.eye(k, dtype=half, device=DEVICE)
+    x, r = randn(1, k, gen=gen, dtype=half, scale=3.0), randn(1, k, gen=gen, dtype=half)
+    norm_w = randn(k, gen=gen, dtype=half)
+    out, _ = gemv_rmsnorm(x.to(DEVICE), eye, None, norm_w.to(DEVICE), 1e-6, r.to(DEVICE))
+    assert torch.equal(out.cpu(), torch_rms_norm(x + r, norm_w, 1e-6))
+    x2 = randn(1, 2 * k, gen=gen, dtype=half, scale=4.0)
+    assert torch.equal(gemv_silu_and_mul(x2.to(DEVICE), eye).cpu(), torch_silu_and_mul(x2))
+
+
+def test_fused_gemvs_never_read_past_their_inputs():
+    """Every input is a view into a NaN-filled buffer: weight rows and columns beyond the view,
+    the row around x / gate_up, and the ends of residual and norm weight are poison."""
+    gen = torch.Generator().manual_seed(12)
+    n, k = 13, 40
+    big = torch.full((20, 2 * k + 20), float("nan"), device=DEVICE)
+    w = big[3:3 + n, 5:5 + k]  # row stride 2k + 20, offset into the buffer
+    w.copy_(randn(n, k, gen=gen))
+    row = torch.full((1, 4 * k), float("nan"), device=DEVICE)
+    x, r = row[:, 10:10 + k], row[:, 2 * k:3 * k]
+    x.copy_(randn(1, k, gen=gen))
+    r.copy_(randn(1, k, gen=gen))
+    norm_buf = torch.full((k + 8,), float("nan"), device=DEVICE)
+    norm_w = norm_buf[4:4 + k]
+    norm_w.copy_(randn(k, gen=gen))
+    cpu = [t.cpu() for t in (x, w, norm_w, r)]
+    out, total = gemv_rmsnorm(x, w, None, norm_w, 1e-6, r)
+    expected, expected_total = torch_norm_linear(cpu[0], cpu[1], None, cpu[2], 1e-6, cpu[3])
+    close(out, expected, torch.float32)
+    close(total, expected_total, torch.float32)
+    x2 = row[:, 7:7 + 2 * k]
+    x2.copy_(randn(1, 2 * k, gen=gen))
+    close(gemv_silu_and_mul(x2, w), torch_gated_linear(x2.cpu(), w.cpu(), None), torch.float32)
+
+
+def test_fused_gemvs_reject_what_they_cannot_compute():
+    w, nw = torch.randn(8, 16, device=DEVICE), torch.randn(16, device=DEVICE)
+    x = torch.randn(1, 16, device=DEVICE)
+    bad_norm = [
+        dict(x=torch.randn(2, 16, device=DEVICE)),  # two tokens
+        dict(x=torch.randn(1, 15, device=DEVICE)),  # K does not match
+        dict(w=w.t().contiguous().t()),  # weight's last axis is strided
+        dict(bias=torch.randn(7, device=DEVICE)),  # bias of the wrong size
+        dict(norm_w=torch.randn(15, device=DEVICE)),  # norm weight of the wrong size
+        dict(norm_w=nw.half()),  # norm weight in another dtype
+        dict(norm_w=torch.randn(16, 2, device=DEVICE)[:, 0]),  # strided norm weight
+        dict(residual=torch.randn(1, 15, device=DEVICE)),  # residual of the wrong size
+        dict(residual=x.half()),  # residual in another dtype
+    ]
+    for case in bad_norm:
+        args = dict(x=x, w=w, bias=None, norm_w=nw, residual=None) | case
+        with pytest.raises(ValueError):
+            gemv_rmsnorm(args["x"], args["w"], args["bias"], args["norm_w"], 1e-6,
+                         args["residual"])
+    with pytest.raises(ValueError, match=r"\[1, 2K\]"):
+        gemv_silu_and_mul(x, w)  # gate and up need 2K values
+    with pytest.raises(ValueError):
+        gemv_silu_and_mul(torch.randn(2, 32, device=DEVICE), w)  # two tokens
+    with pytest.raises(ValueError):
+        gemv_silu_and_mul(torch.randn(1, 32, device=DEVICE).half(), w)  # dtypes differ
+
+
+def test_row_parallel_gated_gemv_reduces_then_adds_the_bias_once(monkeypatch):
+    """down_proj at TP=2 on one rank: the gated GEMV's partial sum is all-reduced (faked here as
+    the other rank holding the same partial sum) and the bias is added once, after the sum: the
+    same as forward(silu_and_mul(gate_up))."""
+    reduced = []
+
+    def fake_all_reduce(t):
+        reduced.append(t.shape)
+        return 2 * t
+
+    monkeypatch.setattr(linear_module, "all_reduce", fake_all_reduce)
+    gen = torch.Generator().manual_seed(13)
+    set_tp_info(0, 2)
+    try:
+        down = LinearRowParallel(2 * 24, 16, bias=True)  # this rank: 24 of the 48 inputs
+    finally:
+        set_tp_info(0, 1)
+    w, b = randn(16, 24, gen=gen), randn(16, gen=gen)
+    gate_up = randn(1, 2 * 24, gen=gen, scale=3.0)
+    down.weight, down.bias = w, b
+    expected = down.forward(torch_silu_and_mul(gate_up))  # the torch path (CPU)
+    down.weight, down.bias = w.to(DEVICE), b.to(DEVICE)
+    got = down.forward_silu_and_mul(kernels, gate_up.to(DEVICE))
+    assert reduced == [(1, 16), (1, 16)]  # one all-reduce each
+    close(got, expected, torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# A decoder on the one-token path (DecoderLayer forces the fused GEMVs through triton_for)
+
+
+def one_token_path(monkeypatch) -> Counter:
+    """Make layers/linear.py's triton_for hand out the kernels for any tensor (on a CPU they are
+    interpreted), so one token takes the GPU's path; returns how often each kernel was called."""
+    calls: Counter = Counter()
+
+    class Counted:
+        def __getattr__(self, name):
+            fn = getattr(kernels, name)
+
+            def call(*args, **kwargs):
+                calls[name] += 1
+                return fn(*args, **kwargs)
+
+            return call
+
+    monkeypatch.setattr(linear_module, "triton_for", lambda t: Counted())
+    return calls
+
+
+@pytest.mark.parametrize("case", ["qwen2-bias", "qwen3-qknorm", "qwen3-moe-and-mlp"])
+def test_one_token_decoder_path_equals_torch(case, tmp_path, monkeypatch):
+    """Logits of one token through the fused decoder layers (norms inside the qkv and gate_up
+    GEMVs, SiLU-and-mul inside down_proj's) against the torch code, fp32, within 1e-5. The MoE
+    model mixes dense layers (fused) with MoE layers (their post-attention norm stays apart).
+    On a GPU the fused side runs there (compiled Triton cannot read CPU tensors), with the other
+    kernels of chapter 20 too, so within 1e-4 as the models against HF below."""
+    from test_ch03_models import CASES, save_random_hf_model
+
+    from minisgl.models.weight import load_model
+    from minisgl.moe.tiny import write_tiny_qwen3_moe
+
+    if case == "qwen3-moe-and-mlp":
+        write_tiny_qwen3_moe(tmp_path, seed=3, mlp_only_layers=[1])  # layer 1 is dense
+        moe_layers = 2
+    else:
+        model_type, arch, overrides = CASES[case]
+        save_random_hf_model(tmp_path, model_type, arch, **overrides)
+        moe_layers = 0
+    reference = load_model(tmp_path)  # the torch code, as on any CPU
+    model = reference if DEVICE == "cpu" else load_model(tmp_path, device=DEVICE)
+    layers = len(model.model.layers)
+    dense = layers - moe_layers
+    ids, positions = torch.tensor([17]), torch.tensor([29])
+    expected = reference.forward(ids, positions)
+    two_ids, two_positions = torch.tensor([17, 3]), torch.tensor([29, 30])
+    expected_two = reference.forward(two_ids, two_positions)
+    calls = one_token_path(monkeypatch)
+    got = model.forward(ids.to(DEVICE), positions.to(DEVICE)).cpu()
+    assert calls["gemv_rmsnorm"] == layers + dense  # qkv everywhere, gate_up in dense layers
+    assert calls["gemv_silu_and_mul"] == dense
+    tol = 1e-5 if DEVICE == "cpu" else 1e-4
+    assert (got - expected).abs().max().item() <= tol
+    calls.clear()
+    got_two = model.forward(two_ids.to(DEVICE), two_positions.to(DEVICE)).cpu()
+    assert not calls  # two tokens: the unfused layers
+    if DEVICE == "cpu":
+        assert torch.equal(got_two, expected_two)  # the torch code itself
+    else:
+        assert (got_two - expected_two).abs().max().item() <= tol
+
+
+# ---------------------------------------------------------------------------------------------
 # On a GPU: bf16 against the torch code (run on the CPU), and whole models in fp32 against HF
 
 
@@ -334,12 +574,42 @@ def test_bfloat16_kernels_on_gpu():
         w, x = randn(n, k, gen=gen, dtype=bf16, scale=k ** -0.5), randn(1, k, gen=gen, dtype=bf16)
         close(gemv(x.cuda(), w.cuda()), torch.nn.functional.linear(x.float(), w.float()).to(bf16),
               bf16)
+    # the GEMVs with their input computed: input norm -> qkv_proj (first layer without residual,
+    # and with one), post-attention norm -> gate_up_proj, SiLU-and-mul -> down_proj
+    for n, residual in [(4096, False), (4096, True), (6144, True)]:
+        x, r = randn(1, 1024, gen=gen, dtype=bf16, scale=3.0), randn(1, 1024, gen=gen, dtype=bf16)
+        w = randn(n, 1024, gen=gen, dtype=bf16, scale=1024 ** -0.5)
+        norm_w = randn(1024, gen=gen, dtype=bf16)
+        r = r if residual else None
+        expected, expected_total = torch_norm_linear(x, w, None, norm_w, 1e-6, r)
+        xd = x.cuda()
+        out, total = gemv_rmsnorm(xd, w.cuda(), None, norm_w.cuda(), 1e-6,
+                                  None if r is None else r.cuda())
+        close(out, expected, bf16)
+        assert torch.equal(total.cpu(), expected_total) and (residual or total is xd)
+    x2 = randn(1, 2 * 3072, gen=gen, dtype=bf16, scale=3.0)
+    w, b = randn(1024, 3072, gen=gen, dtype=bf16, scale=3072 ** -0.5), randn(1024, gen=gen,
+                                                                             dtype=bf16)
+    close(gemv_silu_and_mul(x2.cuda(), w.cuda(), b.cuda()), torch_gated_linear(x2, w, b), bf16)
+    # rounding where the small kernels round: with an identity weight the output is the input
+    eye = torch.eye(1024, dtype=bf16, device="cuda")
+    x, r = randn(1, 1024, gen=gen, dtype=bf16, scale=3.0), randn(1, 1024, gen=gen, dtype=bf16)
+    norm_w = randn(1024, gen=gen, dtype=bf16)
+    out, _ = gemv_rmsnorm(x.cuda(), eye, None, norm_w.cuda(), 1e-6, r.cuda())
+    normed, _ = fused_add_rms_norm(x.cuda(), r.cuda(), norm_w.cuda(), 1e-6)
+    # the mean square sums in another order than rms_norm's: a rare element may round the other
+    # way, so all but a handful must be equal
+    assert (out != normed).sum().item() <= 4
+    x2 = randn(1, 2 * 1024, gen=gen, dtype=bf16, scale=4.0)
+    assert torch.equal(gemv_silu_and_mul(x2.cuda(), eye), silu_and_mul(x2.cuda()))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["llama-untied", "qwen2-bias", "qwen3-qknorm"])
-def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path):
-    """The whole model on a GPU (fused kernels in every layer) against HF on the CPU, fp32."""
+def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path, monkeypatch):
+    """The whole model on a GPU (fused kernels in every layer) against HF on the CPU, fp32: 23
+    tokens, then one token alone (a batch-1 decode step's shape: the norms run inside the qkv and
+    gate_up GEMVs, SiLU-and-mul inside down_proj's)."""
     from test_ch03_models import CASES, TINY, save_random_hf_model
 
     from minisgl.models.weight import load_model
@@ -352,3 +622,12 @@ def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path):
         expected = hf_model(ids[None]).logits[0].float()
     got = ours.forward(ids.cuda(), torch.arange(len(ids), device="cuda")).cpu()
     assert (got - expected).abs().max().item() <= 1e-4
+    calls = one_token_path(monkeypatch)  # counts the kernels taken from layers/linear.py
+    for token in ids[:3]:
+        one = token.reshape(1)
+        with torch.no_grad():
+            expected = hf_model(one[None]).logits[0].float()
+        got = ours.forward(one.cuda(), torch.zeros(1, dtype=torch.long, device="cuda")).cpu()
+        assert (got - expected).abs().max().item() <= 1e-4
+    layers = TINY["num_hidden_layers"]
+    assert calls["gemv_rmsnorm"] == 3 * 2 * layers and calls["gemv_silu_and_mul"] == 3 * layers

@@ -16,6 +16,10 @@ while the checkpoint is read).
 
 from __future__ import annotations
 
+# >>> ch20
+from types import ModuleType
+
+# <<< ch20
 import torch
 import torch.nn.functional as F
 
@@ -34,10 +38,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     # >>> ch20
     # One token on a GPU (a batch-1 decode step): chapter 20's GEMV reads the weight at close to
     # the memory's speed, where cuBLAS's kernels for one row leave much of it unused.
-    if x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous() and (fused := triton_for(x)):
+    if (fused := one_token_kernels(x)) is not None:
         return fused.gemv(x, weight, bias)
     # <<< ch20
     return F.linear(x, weight, bias)
+# >>> ch20
+
+
+def one_token_kernels(x: torch.Tensor) -> ModuleType | None:
+    """Chapter 20's Triton kernels when x is one contiguous token [1, K] on a GPU (a batch-1
+    decode step), else None. The GEMVs (gemv, gemv_rmsnorm, gemv_silu_and_mul) take such an x."""
+    if x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous():
+        return triton_for(x)
+    return None
+# <<< ch20
 
 
 class _Linear(BaseOP):
@@ -93,3 +107,15 @@ class LinearRowParallel(_Linear):
             return linear(x, self.weight, self.bias)
         y = all_reduce(linear(x, self.weight))
         return y if self.bias is None else y + self.bias
+    # >>> ch20
+
+    def forward_silu_and_mul(self, fused: ModuleType, gate_up: torch.Tensor) -> torch.Tensor:
+        """forward(silu_and_mul(gate_up)) for one token on a GPU, SiLU-and-mul computed inside
+        the GEMV (fused: one_token_kernels(gate_up)). Each rank's gate_up holds its own slice of
+        gate and of up, so the activation needs nothing from other ranks; the partial sums are
+        reduced and the bias added once, as in forward."""
+        if self._tp == 1:
+            return fused.gemv_silu_and_mul(gate_up, self.weight, self.bias)
+        y = all_reduce(fused.gemv_silu_and_mul(gate_up, self.weight))
+        return y if self.bias is None else y + self.bias
+    # <<< ch20

@@ -11,6 +11,10 @@ Tokens are flattened: input_ids and positions are 1-D over all tokens of the ste
 
 from __future__ import annotations
 
+# >>> ch20
+from types import ModuleType
+
+# <<< ch20
 import torch
 
 from minisgl.layers import (
@@ -27,6 +31,10 @@ from minisgl.layers import (
     VocabParallelEmbedding,
     silu_and_mul,
 )
+# >>> ch20
+from minisgl.layers.linear import one_token_kernels
+
+# <<< ch20
 # >>> ch18
 from minisgl.moe.layer import SparseMoeBlock
 
@@ -36,6 +44,17 @@ from minisgl.utils.registry import Registry
 from .config import ModelConfig
 
 
+# >>> ch20
+def _norm_then_linear(fused: ModuleType, norm: RMSNormFused,
+                      proj: LinearQKVMerged | LinearColParallelMerged, x: torch.Tensor,
+                      residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(proj(norm(x, residual)[0]), the new residual) in one kernel, for one token on a GPU.
+    proj is column-parallel (qkv_proj, gate_up_proj): its input is the whole row on every rank,
+    so each rank normalises the row itself and no communication is needed."""
+    return fused.gemv_rmsnorm(x, proj.weight, proj.bias, norm.weight, norm.eps, residual)
+
+
+# <<< ch20
 class SelfAttention(BaseOP):
     def __init__(self, layer_id: int, config: ModelConfig, rotary: RotaryEmbedding) -> None:
         c = config
@@ -55,7 +74,17 @@ class SelfAttention(BaseOP):
         self.o_proj = LinearRowParallel(c.num_qo_heads * c.head_dim, c.hidden_size)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.o_proj.forward(self.attn.forward(self.qkv_proj.forward(x), positions))
+        # >>> before ch20
+        # return self.o_proj.forward(self.attn.forward(self.qkv_proj.forward(x), positions))
+        # <<< before ch20
+        # >>> ch20
+        return self.forward_qkv(self.qkv_proj.forward(x), positions)
+
+    def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The block after the q/k/v projection: attention, then o_proj (the one-token path of
+        DecoderLayer computes qkv itself, with the RMSNorm before it in the same kernel)."""
+        return self.o_proj.forward(self.attn.forward(qkv, positions))
+        # <<< ch20
 
     def named_weights(self, prefix: str = ""):
         # Hugging Face keeps q_norm/k_norm directly under self_attn, not under an "attn" child.
@@ -73,6 +102,15 @@ class MLP(BaseOP):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj.forward(silu_and_mul(self.gate_up_proj.forward(x)))
+    # >>> ch20
+
+    def forward_one_token(self, fused: ModuleType, x: torch.Tensor, residual: torch.Tensor,
+                          norm: RMSNormFused) -> tuple[torch.Tensor, torch.Tensor]:
+        """(forward(norm(x + residual)), x + residual) in two kernels: the RMSNorm runs inside
+        gate_up_proj's GEMV, SiLU-and-mul inside down_proj's."""
+        gate_up, residual = _norm_then_linear(fused, norm, self.gate_up_proj, x, residual)
+        return self.down_proj.forward_silu_and_mul(fused, gate_up), residual
+    # <<< ch20
 
 
 class DecoderLayer(BaseOP):
@@ -90,10 +128,38 @@ class DecoderLayer(BaseOP):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        # >>> ch21
+        # On the one-token path below this layer's norms and its SiLU-and-mul run inside the
+        # GEMVs, so their traced ops (fused_add_rmsnorm, silu_and_mul; chapter 21) are not called:
+        # a trace records them, and apply swaps them, for prefill and larger batches only (and
+        # the norm before a MoE block, which stays a kernel of its own).
+        # <<< ch21
+        # >>> ch20
+        if (fused := one_token_kernels(x)) is not None:
+            return self._forward_one_token(fused, x, residual, positions)
+        # <<< ch20
         x, residual = self.input_layernorm.forward(x, residual)
         x = self.self_attn.forward(x, positions)
         x, residual = self.post_attention_layernorm.forward(x, residual)
         return self.mlp.forward(x), residual
+    # >>> ch20
+
+    def _forward_one_token(self, fused: ModuleType, x: torch.Tensor,
+                           residual: torch.Tensor | None, positions: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward() for one token on a GPU (a batch-1 decode step, bound by its number of
+        kernels): each RMSNorm runs inside the GEMV that reads its output, and SiLU-and-mul
+        inside down_proj's, three launches fewer per layer with the same rounding."""
+        attn = self.self_attn
+        qkv, residual = _norm_then_linear(fused, self.input_layernorm, attn.qkv_proj, x, residual)
+        x = attn.forward_qkv(qkv, positions)
+        if isinstance(self.mlp, MLP):
+            return self.mlp.forward_one_token(fused, x, residual, self.post_attention_layernorm)
+        # A MoE block (chapter 18) reads the normalised row twice, in its router and in its
+        # experts: the norm stays a kernel of its own
+        x, residual = self.post_attention_layernorm.forward(x, residual)
+        return self.mlp.forward(x), residual
+    # <<< ch20
 
 
 class DecoderModel(BaseOP):

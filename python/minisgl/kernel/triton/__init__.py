@@ -38,11 +38,11 @@ from .decode_attention import (  # noqa: E402
     max_num_splits,
 )
 from .extend_attention import extend_attention  # noqa: E402
-from .gemv import gemv  # noqa: E402
+from .gemv import gemv, gemv_rmsnorm, gemv_silu_and_mul  # noqa: E402
 from .qk_norm_rope import qk_norm_rope  # noqa: E402
 from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 __all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_splits",
-           "decode_attention", "extend_attention", "fused_add_rms_norm", "gemv", "max_num_splits",
-           "qk_norm_rope", "rms_norm", "silu_and_mul"]
+           "decode_attention", "extend_attention", "fused_add_rms_norm", "gemv", "gemv_rmsnorm",
+           "gemv_silu_and_mul", "max_num_splits", "qk_norm_rope", "rms_norm", "silu_and_mul"]
 # <<< ch20

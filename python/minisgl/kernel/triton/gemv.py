@@ -10,6 +10,21 @@ programs run at once to keep the memory system busy.
 
 Only one token: with several, a tile of the weight should be reused for every token (tl.dot), which
 is what cuBLAS does well, so larger batches stay with it.
+
+Prologues. At batch 1 a decode step is bound by its number of kernels: each costs 1.5-2 us of
+launch, ramp-up and tail on the GPU, while the small ops between the GEMVs (an RMSNorm, a
+SiLU-and-mul) touch only a few KB. So the GEMV can compute its own input from the small op's
+inputs instead of reading the small op's output (constexpr switches; one kernel):
+
+- NORM (gemv_rmsnorm): the input is RMSNorm(x) * norm_weight, or with RESIDUAL
+  RMSNorm(x + residual) * norm_weight. Each program first walks the row once for the mean square,
+  then normalises each tile of x as it multiplies it. With RESIDUAL, program 0 also writes
+  x + residual (the residual stream the next layer adds to) into a separate tensor: never into x
+  or residual, which the other programs are still reading.
+- GATED (gemv_silu_and_mul): the input is silu(gate) * up of a [1, 2K] row (gate first).
+
+Each rounds to the input dtype exactly where the unfused kernels (rmsnorm.py, activation.py) and
+the torch code round, so the GEMV sees the very values the small kernel would have written.
 """
 
 from __future__ import annotations
@@ -20,10 +35,64 @@ import triton.language as tl
 
 
 @triton.jit
+def _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL: tl.constexpr):
+    """x[cols], or x + residual rounded to x's dtype (the add of the residual stream)."""
+    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
+    if RESIDUAL:
+        r = tl.load(r_ptr + cols, mask=col_ok, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)
+    return x
+
+
+@triton.jit
+def _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / sqrt(mean(s^2) + eps) of the row s (x, or x + residual), in fp32. Program 0 also
+    writes s to r_out: every program computes the sum, one is enough to store it."""
+    is_first = tl.program_id(0) == 0
+    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        col_ok = cols < K
+        s = _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL)
+        if RESIDUAL:
+            tl.store(r_out_ptr + cols, s, mask=col_ok & is_first)
+        h = s.to(tl.float32)
+        squares += h * h
+    return tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.jit
+def _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale,
+                NORM: tl.constexpr, RESIDUAL: tl.constexpr, GATED: tl.constexpr):
+    """The GEMV's input at `cols`, in fp32: x itself, or what the fused small op would have
+    written, rounded to x's dtype at the same steps."""
+    dtype = x_ptr.dtype.element_ty
+    if GATED:  # silu(gate) is rounded before the multiply, the product once (activation.py)
+        gate = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        up = tl.load(x_ptr + K + cols, mask=col_ok, other=0.0).to(tl.float32)
+        silu = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
+        x = (silu * up).to(dtype)
+    else:
+        x = _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL)
+        if NORM:  # normalised row rounded, then times the weight, rounded (rmsnorm.py)
+            normed = (x.to(tl.float32) * scale).to(dtype).to(tl.float32)
+            w = tl.load(norm_w_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            x = (w * normed).to(dtype)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
-                 HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 # the prologues' arguments; the plain GEMV leaves them out
+                 r_ptr=None, norm_w_ptr=None, r_out_ptr=None, eps=0.0,
+                 NORM: tl.constexpr = False, RESIDUAL: tl.constexpr = False,
+                 GATED: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    scale = 1.0
+    if NORM:
+        scale = _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL, BLOCK_K)
     # Partial products stay per column until the end: one reduction instead of one per tile.
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -31,8 +100,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
         col_ok = cols < K
         w = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_w + cols[None, :],
                     mask=row_ok[:, None] & col_ok[None, :], other=0.0)
-        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
-        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        x = _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale, NORM, RESIDUAL, GATED)
+        acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -47,19 +116,65 @@ def gemv_config(n: int, k: int) -> tuple[int, int, int]:
     return (4 if n <= 4096 else 8), 256, 2
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x: [1, K], weight: [N, K], bias: [N] or None -> [1, N] in x's dtype."""
-    if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"gemv takes x [1, K] and weight [N, K]; got {tuple(x.shape)} and "
+def _check(name: str, x: torch.Tensor, x_width: int, weight: torch.Tensor,
+           bias: torch.Tensor | None) -> None:
+    """x must be one row of x_width * K elements for weight [N, K]."""
+    if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or \
+            x.shape[1] != x_width * weight.shape[1]:
+        k = "K" if x_width == 1 else f"{x_width}K"
+        raise ValueError(f"{name} takes x [1, {k}] and weight [N, K]; got {tuple(x.shape)} and "
                          f"{tuple(weight.shape)}")
     if x.dtype != weight.dtype or (bias is not None and bias.shape != (weight.shape[0],)):
-        raise ValueError("x, weight and bias must share a dtype, and bias must be [N]")
-    if weight.stride(1) != 1 or x.stride(1) != 1:
-        raise ValueError("weight and x need a contiguous last axis")
+        raise ValueError(f"{name}: x, weight and bias must share a dtype, and bias must be [N]")
+    if weight.stride(1) != 1 or x.stride(1) != 1 or (bias is not None and bias.stride(0) != 1):
+        raise ValueError(f"{name}: weight and x need a contiguous last axis, bias a contiguous "
+                         f"one")
+
+
+def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            **prologue) -> torch.Tensor:
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
     block_n, block_k, warps = gemv_config(n, k)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue)
     return out
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [1, K], weight: [N, K], bias: [N] or None -> [1, N] in x's dtype."""
+    _check("gemv", x, 1, weight, bias)
+    return _launch(x, weight, bias)
+
+
+def gemv_rmsnorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 norm_weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gemv(rms_norm(s, norm_weight, eps), weight, bias), s) with s = x + residual, in one
+    kernel; as fused_add_rms_norm, residual None (the first layer) means s is x itself.
+
+    x, residual: [1, K]; norm_weight: [K]; all in weight's dtype. s is a new tensor (or x); the
+    inputs are never written."""
+    _check("gemv_rmsnorm", x, 1, weight, bias)
+    k = weight.shape[1]
+    if norm_weight.shape != (k,) or norm_weight.dtype != x.dtype or norm_weight.stride(0) != 1:
+        raise ValueError(f"norm_weight {tuple(norm_weight.shape)} {norm_weight.dtype} must be a "
+                         f"contiguous ({k},) tensor of x's dtype {x.dtype}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype
+                                 or residual.stride(1) != 1):
+        raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype} does not match "
+                         f"x {tuple(x.shape)} {x.dtype} (or its last axis is strided)")
+    total = x if residual is None else torch.empty(1, k, dtype=x.dtype, device=x.device)
+    out = _launch(x, weight, bias, r_ptr=x if residual is None else residual,
+                  norm_w_ptr=norm_weight, r_out_ptr=total, eps=eps, NORM=True,
+                  RESIDUAL=residual is not None)
+    return out, total
+
+
+def gemv_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """gemv(silu_and_mul(x), weight, bias) in one kernel. x: [1, 2K] (gate then up, as
+    gate_up_proj writes it), weight: [N, K] -> [1, N]."""
+    _check("gemv_silu_and_mul", x, 2, weight, bias)
+    return _launch(x, weight, bias, GATED=True)
