@@ -4,9 +4,6 @@ python benchmarks/gpu_kernels.py 2>&1 | grep -v Loading | tee $OUT/gpu_kernels.t
 nvcc -std=c++17 -O2 -arch=sm_90 -Ipython/minisgl/kernel/csrc tests/cuda/test_kv_kernels.cu -o /tmp/tkv && /tmp/tkv | tee $OUT/test_kv_kernels_gpu.txt
 [ -z "${SKIP_CONFORMANCE:-}" ] && OUT=/tmp/conf bash tools/gpu_conformance.sh > $OUT/conformance_summary.txt 2>&1; tail -20 $OUT/conformance_summary.txt; tar czf $OUT/conformance.tgz -C /tmp conf
 [ -n "${WITH_OFFLINE:-}" ] && python -m minisgl.benchmark.offline --model Qwen/Qwen3-0.6B --dummy-weight --compare-hf --num-requests 64 2>&1 | grep -v -E "Loading|generation_config" | tee $OUT/offline_bench_gpu.txt
-# The H200 image lacks the serving packages; carry them as wheels in .gpuwheels/ (git-ignored), made
-# here with: pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-#   --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpuwheels \
-#   pyzmq msgpack fastapi uvicorn openai psutil
-[ -n "${WITH_SERVING:-}" ] && python -m pip install -q --no-index --no-deps .gpuwheels/*.whl
+# The H200 image lacks the serving packages: carry .cache/wheels (benchmarks/device_wheels.sh)
+[ -n "${WITH_SERVING:-}" ] && bash benchmarks/device_prep.sh
 [ -n "${WITH_SERVING:-}" ] && python benchmarks/serving.py --dummy-weight --clients 64 --max-tokens 128 2>&1 | grep -v -E "INFO|Loading" | tee $OUT/serving_gpu.txt

@@ -7,11 +7,8 @@
 #   h200_online_metrics.txt   the server's /metrics after the runs;  h200_online_server.log
 # Run from the repository root, about 3-4 minutes in all:
 #   bash benchmarks/run_online_bench_gpu.sh
-# The H200 image lacks the serving packages; carry them as wheels in .gpuwheels/ (git-ignored),
-# made on this machine with:
-#   pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
-#     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .gpuwheels \
-#     pyzmq msgpack fastapi uvicorn openai psutil prometheus-client setproctitle matplotlib httpx2
+# The H200 image lacks the serving packages: carry .cache/wheels (benchmarks/device_wheels.sh
+# makes it); benchmarks/device_prep.sh installs them.
 set -euo pipefail
 OUT=${OUT:-benchmarks/results}
 PORT=${PORT:-19190}
@@ -19,9 +16,7 @@ RATES=${RATES:-"4 16 64 inf"}
 NUM_REQUESTS=${NUM_REQUESTS:-160}
 mkdir -p "$OUT"
 export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-if compgen -G ".gpuwheels/*.whl" > /dev/null; then
-  python -m pip install -q --no-index --no-deps .gpuwheels/*.whl
-fi
+bash benchmarks/device_prep.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 python -m minisgl --model Qwen/Qwen3-0.6B --dummy-weight --port "$PORT" --max-seq-len 4096 \
   --log-interval 5 > "$OUT/h200_online_server.log" 2>&1 &

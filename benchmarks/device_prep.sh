@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# First command of a call on a fresh device machine, from the repository root: installs what the
+# call carried, so that the benchmarks/run_*_gpu.sh scripts find it. Each part is optional:
+#   .cache/wheels/*.whl        benchmarks/device_wheels.sh made them; installed --no-deps
+#   .cache/cuda_ext_build.tar  chapter 19's extension built on the device earlier (tar of
+#                              .cache/cuda_ext); used only while its source digest still matches
+#   .cache/triton.tgz          Triton's compiled kernels (tar of .cache/triton, TRITON_CACHE_DIR in
+#                              benchmarks/gpu_steps.sh)
+# Bring them back at the end of a call with:
+#   tar cf $OUT/cuda_ext_build.tar -C .cache cuda_ext; tar czf $OUT/triton.tgz -C .cache triton
+set -u
+cd "$(dirname "$0")/.."
+if compgen -G ".cache/wheels/*.whl" > /dev/null; then
+  python -m pip install -q --no-index --no-deps .cache/wheels/*.whl 2>&1 | grep -v -i "warning" || true
+fi
+[ -f .cache/cuda_ext_build.tar ] && tar xf .cache/cuda_ext_build.tar -C .cache \
+  && find .cache/cuda_ext -exec touch {} +  # newer than the sources, so ninja rebuilds nothing
+[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache
+python - <<'PY'
+import importlib
+missing = [m for m in ("zmq", "msgpack", "fastapi", "flashinfer_bench", "matplotlib", "httpx2")
+           if importlib.util.find_spec(m) is None]
+print("device prepared;", "missing: " + ", ".join(missing) if missing else "nothing missing")
+PY
