@@ -36,6 +36,6 @@ step roofline 20 python benchmarks/stage5_e2e.py roofline "$OUT/roofline.png"
 # 8. Torch-only: torch attention, no fused kernels, and so no CUDA graphs (the torch backend
 # cannot be captured): minutes at SCALE 0.25 (it timed out at 90 s on the H200), so it runs last,
 # with what is left of the budget, and the figures above do not wait for it.
-step run_torch 240 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE"
+step run_torch 240 env MINISGL_DISABLE_FUSED_KERNELS=1 python benchmarks/stage5_e2e.py run torch --scale "$SCALE" --repeat 1
 # the summary repeats lines of the steps: prefixed, so that a page can quote a step's own line
 grep -h "RESULT\|greedy tokens\|bench:" "$OUT"/*.txt | sed 's/^/summary: /' | tee "$OUT/summary.txt"
