@@ -344,9 +344,10 @@ def poisoned_outputs(monkeypatch):
     monkeypatch.setattr(torch, "empty", nan_empty)
 
 
-# (n, k, bias, residual): short and long rows (both tilings of gemv_config), a ragged last tile
+# (n, k, bias, residual): short and long rows (both tilings of gemv_config), a ragged last tile,
+# and a row longer than the mean-square pass takes at once (8192: it loops)
 NORM_CASES = [(37, 300, True, True), (9, 2048, False, True), (16, 96, False, False),
-              (5, 1030, True, False)]
+              (5, 1030, True, False), (3, 8192 + 40, False, True)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

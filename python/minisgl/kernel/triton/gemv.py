@@ -45,13 +45,15 @@ def _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL: tl.constexpr):
 
 
 @triton.jit
-def _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL: tl.constexpr, BLOCK_K: tl.constexpr):
+def _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL: tl.constexpr, ROW_BLOCK: tl.constexpr):
     """1 / sqrt(mean(s^2) + eps) of the row s (x, or x + residual), in fp32. Program 0 also
-    writes s to r_out: every program computes the sum, one is enough to store it."""
+    writes s to r_out: every program computes the sum, one is enough to store it. ROW_BLOCK is
+    the whole row when it is short (one round trip to L2 before the products start, not one per
+    BLOCK_K tile), a loop over the row otherwise."""
     is_first = tl.program_id(0) == 0
-    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
+    squares = tl.zeros((ROW_BLOCK,), dtype=tl.float32)
+    for k0 in range(0, K, ROW_BLOCK):
+        cols = k0 + tl.arange(0, ROW_BLOCK)
         col_ok = cols < K
         s = _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL)
         if RESIDUAL:
@@ -87,12 +89,12 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
                  # the prologues' arguments; the plain GEMV leaves them out
                  r_ptr=None, norm_w_ptr=None, r_out_ptr=None, eps=0.0,
                  NORM: tl.constexpr = False, RESIDUAL: tl.constexpr = False,
-                 GATED: tl.constexpr = False):
+                 GATED: tl.constexpr = False, ROW_BLOCK: tl.constexpr = 1):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     scale = 1.0
     if NORM:
-        scale = _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL, BLOCK_K)
+        scale = _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL, ROW_BLOCK)
     # Partial products stay per column until the end: one reduction instead of one per tile.
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
@@ -168,7 +170,7 @@ def gemv_rmsnorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     total = x if residual is None else torch.empty(1, k, dtype=x.dtype, device=x.device)
     out = _launch(x, weight, bias, r_ptr=x if residual is None else residual,
                   norm_w_ptr=norm_weight, r_out_ptr=total, eps=eps, NORM=True,
-                  RESIDUAL=residual is not None)
+                  RESIDUAL=residual is not None, ROW_BLOCK=min(triton.next_power_of_2(k), 8192))
     return out, total
 
 
