@@ -23,7 +23,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from minisgl.benchmark.serving import stream_chunks
+from minisgl.benchmark.serving import http_client, stream_chunks
 
 
 def fake_server(port: int) -> None:
@@ -71,9 +71,7 @@ async def with_openai(url: str, requests: int, tokens: int) -> int:
 
 
 async def with_own_reader(url: str, requests: int, tokens: int) -> int:
-    import httpx2
-
-    async with httpx2.AsyncClient(base_url=url, limits=httpx2.Limits(max_connections=None)) as http:
+    async with http_client(url) as http:
         async def one() -> int:
             body = {"model": "fake", "messages": [{"role": "user", "content": "hi"}],
                     "max_tokens": tokens, "stream": True}

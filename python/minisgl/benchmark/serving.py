@@ -345,21 +345,29 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("error: " + "; ".join(problems))
 
 
-async def main_async(args: argparse.Namespace) -> list[RunSummary]:
-    import httpx2 as httpx  # the HTTP library under the openai client, without its chunk objects
+def http_client(base_url: str, api_key: str | None = None, timeout: float = 600.0) -> Any:
+    """An async HTTP client for stream_chunks. No cap on connections: at rate inf every request
+    is in flight at once, and a request waiting for a pooled connection would count the wait as
+    time to first token."""
+    import httpx2  # the HTTP library under the openai client, without its chunk objects
 
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    # no cap on connections: at rate inf every request is in flight at once, and a request
-    # waiting for a pooled connection would count the wait as time to first token
-    client = httpx.AsyncClient(base_url=args.base_url.rstrip("/"), headers=headers,
-                               timeout=args.timeout, limits=httpx.Limits(max_connections=None))
-    async with client:
-        if args.model is None:
-            listing = await client.get("/v1/models")
-            if listing.status_code != 200:
-                raise SystemExit(f"error: GET /v1/models answered HTTP {listing.status_code}: "
-                                 f"{listing.text[:200]}")
-        model = args.model or listing.json()["data"][0]["id"]
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx2.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                              limits=httpx2.Limits(max_connections=None))
+
+
+async def first_model(http: Any) -> str:
+    """The first model the server lists at /v1/models."""
+    listing = await http.get("/v1/models")
+    if listing.status_code != 200:
+        raise SystemExit(f"error: GET /v1/models answered HTTP {listing.status_code}: "
+                         f"{listing.text[:200]}")
+    return listing.json()["data"][0]["id"]
+
+
+async def main_async(args: argparse.Namespace) -> list[RunSummary]:
+    async with http_client(args.base_url, args.api_key, args.timeout) as client:
+        model = args.model or await first_model(client)
         rng = random.Random(args.seed)
         lengths = sample_lengths(rng, args.dataset, args.num_requests, args.input_len,
                                  args.output_len, args.range_ratio, args.max_len)
