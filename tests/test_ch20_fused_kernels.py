@@ -148,6 +148,11 @@ QK_CASES = [
 ]
 
 
+def dev(t):
+    """t on the kernels' device (None stays None: an optional argument)."""
+    return None if t is None else t.to(DEVICE)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("case", range(len(QK_CASES)))
 def test_qk_norm_rope_equals_torch(case, dtype):
@@ -165,9 +170,6 @@ def test_qk_norm_rope_equals_torch(case, dtype):
     k_w = randn(d, gen=gen, dtype=dtype) if qk_norm else None
     expected_q, expected_k = torch_qk_norm_rope(qkv, positions, rotary, hq, hkv, d, q_w, k_w,
                                                 1e-6)
-
-    def dev(t):
-        return None if t is None else t.to(DEVICE)
 
     cos, sin = rotary._cos.to(DEVICE), rotary._sin.to(DEVICE)
     qkv_dev = wide.to(DEVICE)[:, 8:8 + width]
@@ -360,9 +362,6 @@ def test_gemv_rmsnorm_equals_norm_then_linear(n, k, bias, residual, dtype, poiso
     norm_w = randn(k, gen=gen, dtype=dtype)
     r = r if residual else None
     expected, expected_total = torch_norm_linear(x, w, b, norm_w, 1e-6, r)
-
-    def dev(t):
-        return None if t is None else t.to(DEVICE)
 
     xd, rd = dev(x), dev(r)
     out, total = gemv_rmsnorm(xd, dev(w), dev(b), dev(norm_w), 1e-6, rd)
