@@ -13,8 +13,11 @@ cd "$(dirname "$0")/.."
 if compgen -G ".cache/wheels/*.whl" > /dev/null; then
   python -m pip install -q --no-index --no-deps .cache/wheels/*.whl 2>&1 | grep -v -i "warning" || true
 fi
+# ninja compares the sources' mtimes with the output times in its build log (.ninja_log), not with
+# the files': a fresh checkout's sources look newer than any build, so they get an old date (the
+# build folder's name is a digest of their content, so an old build never meets changed sources)
 [ -f .cache/cuda_ext_build.tar ] && tar xf .cache/cuda_ext_build.tar -C .cache \
-  && find .cache/cuda_ext -exec touch {} +  # newer than the sources, so ninja rebuilds nothing
+  && touch -d 2000-01-01 python/minisgl/kernel/csrc/*
 [ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache
 python - <<'PY'
 import importlib

@@ -110,12 +110,17 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def gemv_config(n: int, k: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps), from the H200 sweep in benchmarks/gemv_shapes.py: long rows
-    (K >= 2048) in few-row tiles with long strides along K; short rows in wider tiles."""
+def gemv_config(n: int, k: int, prologue: str = "none") -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps), from the H200 sweep in benchmarks/gemv_shapes.py (weights
+    read from HBM, as in a decode step): long rows (K >= 2048) in few-row tiles with long strides
+    along K; short rows in narrow tiles too, many programs to keep enough loads in flight.
+    `prologue` ("none", "norm", "gated") names the kernel's input computation: each program
+    repeats it, so it may want wider tiles."""
+    if k >= 3072:
+        return 2, 4096, 4
     if k >= 2048:
-        return 2, 1024, 4
-    return (4 if n <= 4096 else 8), 256, 2
+        return 4, 2048, 4
+    return 2, 512, 2
 
 
 def _check(name: str, x: torch.Tensor, x_width: int, weight: torch.Tensor,
@@ -137,7 +142,8 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             **prologue) -> torch.Tensor:
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    block_n, block_k, warps = gemv_config(n, k)
+    kind = "norm" if prologue.get("NORM") else "gated" if prologue.get("GATED") else "none"
+    block_n, block_k, warps = gemv_config(n, k, kind)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue)
