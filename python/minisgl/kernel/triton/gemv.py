@@ -115,12 +115,12 @@ def gemv_config(n: int, k: int, prologue: str = "none") -> tuple[int, int, int]:
     read from HBM, as in a decode step): long rows (K >= 2048) in few-row tiles with long strides
     along K; short rows in narrow tiles too, many programs to keep enough loads in flight.
     `prologue` ("none", "norm", "gated") names the kernel's input computation: each program
-    repeats it, so it may want wider tiles."""
+    repeats it (the norm's mean square over the whole row, too), so fewer, wider programs win."""
     if k >= 3072:
-        return 2, 4096, 4
+        return (8, 4096, 8) if prologue == "gated" else (2, 4096, 4)
     if k >= 2048:
         return 4, 2048, 4
-    return 2, 512, 2
+    return (8, 512, 4) if prologue == "norm" else (2, 512, 2)
 
 
 def _check(name: str, x: torch.Tensor, x_width: int, weight: torch.Tensor,
