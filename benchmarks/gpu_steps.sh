@@ -5,6 +5,8 @@
 #   OUT        the folder for the step files (created here)
 #   BUDGET_S   seconds for the whole script; a step gets at most what is left of it
 #   NOISE      (optional) an extended regex of log lines to leave out of the step files
+# COMMIT=<hash> in the environment names the commit in the header: the device copy of the tree may
+# carry stale git metadata (it printed an older commit than the one that ran)
 # STEPS="name ..." in the environment runs only the named steps (a second call when the first one
 # ran out of time). A failing or timed-out step does not stop the ones after it.
 set -u
@@ -24,7 +26,7 @@ bash "$(dirname "${BASH_SOURCE[0]}")/device_prep.sh"
 
 MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sort | uniq -c)"
 MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())' 2>&1)"
-MACHINE+=$'\n'"commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+MACHINE+=$'\n'"commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '(no git here)')}, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "$MACHINE"
 
 # step NAME LIMIT_S COMMAND...: run COMMAND under a time limit, output to the screen and $OUT/NAME.txt

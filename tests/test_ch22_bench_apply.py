@@ -14,11 +14,11 @@ from flashinfer_bench.data import EvaluationStatus, TraceSet
 import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
 from minisgl.core import SamplingParams
 from minisgl.trace import runtime
-from minisgl.trace.apply import Applier, best_per_bucket
+from minisgl.trace.apply import MIN_GAIN, Applier, Choice, best_per_bucket, pick
 from minisgl.trace.bench import BenchConfig, bench
 from minisgl.trace.demo import chat_prompts
 from minisgl.trace.report import plot, rows, table
-from minisgl.trace.solutions import Impl, register, unregister
+from minisgl.trace.solutions import Impl, engine_default, find, register, unregister
 
 
 def planted_norm(x, residual, weight, eps):
@@ -149,3 +149,24 @@ def test_rope_tolerance_admits_rounding_once_and_fails_a_wrong_rotation():
     shifted = rotate(x, *(t[(positions + 1) % 4096].to(torch.bfloat16)
                           for t in (rope._cos, rope._sin)))
     assert compare(spec, (shifted,), (want,))[0] == EvaluationStatus.INCORRECT_NUMERICAL
+
+
+def test_a_swap_must_beat_the_engine_default_clearly():
+    """A solution replaces the engine's own code only when it is more than MIN_GAIN faster; the
+    default, when chosen, is marked so that the engine runs its own call, not the wrapper."""
+    torch_, triton_ = find("silu_and_mul", "torch"), find("silu_and_mul", "triton")
+    default = Choice(triton_, 1.0, 1.0)
+    barely = Choice(torch_, 1.0 * (1 - MIN_GAIN / 2), 1.0)
+    clearly = Choice(torch_, 1.0 * (1 - 2 * MIN_GAIN), 1.0)
+    assert pick([barely, default], "triton") == Choice(triton_, 1.0, 1.0, is_default=True)
+    assert pick([default, clearly], "triton") == clearly
+    assert pick([barely], "triton") == barely  # the default failed there: the fastest that passed
+    assert pick([default, barely], None) == barely  # no default (attention): the fastest
+    assert pick([default], "triton").is_default
+
+
+def test_engine_default_on_a_cpu_is_the_torch_code():
+    cpu = torch.device("cpu")
+    assert {engine_default(op, cpu) for op in ("rmsnorm", "silu_and_mul", "rope", "store_kv",
+                                              "embedding", "moe", "sampling")} == {"torch"}
+    assert engine_default("attention", cpu) is None

@@ -3,9 +3,11 @@
 `Applier.load(dir, device)` reads the Traces a benchmark wrote (bench.py). For every Definition
 and every shape bucket (the op's batch-like axis rounded up to a power of two, ops.OpSpec.bucket)
 it keeps the solutions whose every trace in that bucket is PASSED, and picks the one with the
-lowest mean latency. A solution with any failed trace in a bucket is never picked there; a
-bucket without a passing solution, or a call whose Definition or bucket the traces never saw,
-runs the engine's default code. The choices are logged once, when the engine starts.
+lowest mean latency, unless the engine's own choice on this device (solutions.engine_default)
+passed too and the fastest beats it by less than MIN_GAIN: then the engine's code runs as it is.
+A solution with any failed trace in a bucket is never picked there; a bucket without a passing
+solution, or a call whose Definition or bucket the traces never saw, runs the engine's default
+code. The choices are logged once, when the engine starts.
 
 Attention is chosen once per engine, not per call: the torch and Triton backends keep different
 metadata for a whole batch. The traces of gqa_paged_decode (the step the engine repeats most)
@@ -26,9 +28,18 @@ from flashinfer_bench.data import EvaluationStatus, TraceSet
 from minisgl.utils import init_logger
 
 from .ops import Call, OpSpec, spec_for
-from .solutions import ATTENTION_BACKEND, Impl, find
+from .solutions import ATTENTION_BACKEND, Impl, engine_default, find
 
 logger = init_logger(__name__)
+
+# A solution replaces the engine's default on a bucket only when it is faster by more than this.
+# The benchmark times an op alone: a few microseconds, launch included, and on the H200 the same
+# Triton kernel measured 4 us on one bucket and 28 us on the next (h200_stage5_rerun.txt); in the
+# engine, under a CUDA graph, a swap can also add kernels that the lone timing does not charge
+# (torch's store_kv is two index copies, the CUDA kernel one). That run picked torch's store_kv and
+# SiLU-and-mul on small buckets, and batch-1 decode with apply took 1.04 ms per token against the
+# defaults' 1.01. A real gain between these kernels is a factor, not a few percent.
+MIN_GAIN = 0.2
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,18 @@ class Choice:
     impl: Impl
     latency_ms: float
     speedup: float  # against the Definition's reference
+    is_default: bool = False  # the engine's own code on this device: apply leaves the op alone
+
+
+def pick(passed: list[Choice], default_suffix: str | None) -> Choice:
+    """The fastest of the solutions that passed on a bucket, or the engine's default when it
+    passed and the fastest wins by less than MIN_GAIN."""
+    fastest = min(passed, key=lambda c: c.latency_ms)
+    default = next((c for c in passed if c.impl.suffix == default_suffix), None)
+    if default is not None and fastest.latency_ms > default.latency_ms * (1 - MIN_GAIN):
+        fastest = default
+    return Choice(fastest.impl, fastest.latency_ms, fastest.speedup,
+                  fastest.impl.suffix == default_suffix)
 
 
 def best_per_bucket(trace_set: TraceSet, device: torch.device
@@ -50,7 +73,7 @@ def best_per_bucket(trace_set: TraceSet, device: torch.device
             if trace.solution is None or trace.evaluation is None:
                 continue
             groups[(spec.bucket(trace.workload.axes), trace.solution)].append(trace)
-        choices: dict[int, Choice] = {}
+        passed: dict[int, list[Choice]] = defaultdict(list)
         for (bucket, solution), traces in sorted(groups.items()):
             if any(t.evaluation.status != EvaluationStatus.PASSED for t in traces):
                 continue
@@ -59,10 +82,10 @@ def best_per_bucket(trace_set: TraceSet, device: torch.device
                 continue
             latency = mean(t.evaluation.performance.latency_ms for t in traces)
             speedup = mean(t.evaluation.performance.speedup_factor for t in traces)
-            if bucket not in choices or latency < choices[bucket].latency_ms:
-                choices[bucket] = Choice(impl, latency, speedup)
-        if choices:
-            table[name] = choices
+            passed[bucket].append(Choice(impl, latency, speedup))
+        default = engine_default(spec.op, device)
+        if passed:
+            table[name] = {bucket: pick(cs, default) for bucket, cs in passed.items()}
     return table
 
 
@@ -88,7 +111,9 @@ class Applier:
         if buckets is None:
             return None
         choice = buckets.get(spec.bucket(spec.axes(call)))
-        return choice.impl.fn if choice is not None else None
+        # the engine's own code, not the solution's wrapper: the wrapper converts to the op's
+        # canonical arguments, which can cost a kernel the engine's call does not launch
+        return choice.impl.fn if choice is not None and not choice.is_default else None
 
     def attention_backend(self, configured: str) -> str:
         """The backend the attention traces favour, when the engine was left to choose."""
@@ -112,7 +137,8 @@ class Applier:
     def log_choices(self) -> None:
         lines = [f"apply: {len(self.table)} definitions from {self.source}"]
         for name, buckets in sorted(self.table.items()):
-            picks = ", ".join(f"<={b}: {c.impl.suffix} {c.latency_ms:.4f} ms"
+            picks = ", ".join(f"<={b}: {c.impl.suffix}{' (default)' if c.is_default else ''} "
+                              f"{c.latency_ms:.4f} ms"
                               for b, c in sorted(buckets.items()))
             lines.append(f"  {name}: {picks}")
         logger.info("\n".join(lines))

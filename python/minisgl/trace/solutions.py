@@ -51,6 +51,26 @@ def find(op: str, suffix: str) -> Impl | None:
     return next((i for i in SOLUTIONS.get(op, []) if i.suffix == suffix), None)
 
 
+def engine_default(op: str, device: torch.device) -> str | None:
+    """The suffix of the solution that is what the engine runs for `op` on `device` when nothing
+    is applied: the torch code on a CPU; on a GPU the Triton kernels (unless
+    MINISGL_DISABLE_FUSED_KERNELS) and the CUDA extension where it builds. None for attention,
+    which the engine chooses once (--attn), not per call."""
+    if op == "attention":
+        return None
+    if device.type != "cuda" or op == "sampling":
+        return "torch"
+    if op in ("store_kv", "embedding"):
+        from minisgl.kernel.cuda_ext import load_extension
+
+        return "cuda" if load_extension() is not None else "torch"
+    if op == "moe":
+        return "triton"  # moe.resolve_backend's auto on a GPU
+    from minisgl.kernel import triton_for
+
+    return "triton" if triton_for(torch.empty(0, device=device)) is not None else "torch"
+
+
 def _triton():
     from minisgl.kernel import triton as kernels  # interpreted on a CPU
 
