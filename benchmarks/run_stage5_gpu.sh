@@ -8,6 +8,10 @@
 # $OUT/<step>.txt (OUT defaults to /tmp/stage5; steps as in benchmarks/gpu_steps.sh), the trace
 # set in $OUT/set, plots as PNG.
 # SCALE (default 0.25) shortens the official workload's lengths for the capture and the runs.
+# A device call returns at most 8 files and none over its size limit: run with OUT outside the
+# call's $OUT and bring back a tar without the sets (their blobs are large), e.g.
+#   OUT=/tmp/s5 COMMIT=<hash> bash benchmarks/run_stage5_gpu.sh
+#   tar czf $OUT/s5.tgz -C /tmp --exclude=s5/set --exclude=s5/set_fib s5
 set -u
 OUT=${OUT:-/tmp/stage5}
 SCALE=${SCALE:-0.25}
