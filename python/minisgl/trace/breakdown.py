@@ -3,8 +3,9 @@ benchmark measured for the same Definition and shape bucket.
 
 capture.json (chapter 21) holds, per Definition and bucket, how many times the engine ran the op;
 the Traces (chapter 22) hold each solution's latency per workload. The estimate per Definition is
-the sum over buckets of calls x latency, taking the solution `apply` would choose (the fastest
-that passed the bucket) or a named one, and the nearest benchmarked bucket when a bucket has no
+the sum over buckets of calls x latency, taking the fastest solution that passed the bucket (what
+`apply` chooses, except that apply keeps the engine's default when it is within apply.MIN_GAIN of
+the fastest: for a share of the time that makes little difference) or a named one, and the nearest benchmarked bucket when a bucket has no
 trace. It leaves out everything that is not a traced op (the GEMMs, the scheduler, Python), so
 the shares are of the traced ops' time only. On a GPU, steps replayed from a CUDA graph run no
 Python and are not counted: there the profile of a decode step tells the rest.
