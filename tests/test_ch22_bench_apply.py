@@ -7,6 +7,9 @@ interpreted Triton kernels PASS. With apply, greedy outputs equal those without 
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import pytest
 import torch
 from flashinfer_bench.data import EvaluationStatus, TraceSet
@@ -112,11 +115,26 @@ def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
         llm = LLM(str(smollm2_dir), trace_set=str(root), max_running_reqs=8)
         applier = runtime.current().applier
         assert isinstance(applier, Applier) and applier.table
+        # On a CPU every pick is the torch code, the engine's own default, which apply leaves
+        # alone. Marked as swaps, each traced op runs through its solution's canonical call
+        # (Runtime.call -> impl.fn -> OpSpec.finish), the path a GPU swap takes.
+        calls = Counter()
+
+        def counted(impl: Impl) -> Impl:
+            def fn(*args):
+                calls[impl.op] += 1
+                return impl.fn(*args)
+            return replace(impl, fn=fn)
+
+        applier.table = {name: {b: replace(c, impl=counted(c.impl), is_default=False)
+                                for b, c in buckets.items()}
+                         for name, buckets in applier.table.items()}
         applied = llm.generate(prompts, greedy, use_tqdm=False)
         llm.shutdown()
     finally:
         unregister("fused_add_rmsnorm", "planted")
     assert [o["token_ids"] for o in applied] == [o["token_ids"] for o in plain]
+    assert calls["fused_add_rmsnorm"] and calls["silu_and_mul"], calls  # the swaps ran
 
 
 def test_apply_needs_benchmarked_traces(tmp_path):
