@@ -139,14 +139,13 @@ def _check(name: str, x: torch.Tensor, x_width: int, weight: torch.Tensor,
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            **prologue) -> torch.Tensor:
+            prologue: str = "none", **prologue_args) -> torch.Tensor:
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    kind = "norm" if prologue.get("NORM") else "gated" if prologue.get("GATED") else "none"
-    block_n, block_k, warps = gemv_config(n, k, kind)
+    block_n, block_k, warps = gemv_config(n, k, prologue)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue)
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue_args)
     return out
 
 
@@ -174,7 +173,7 @@ def gemv_rmsnorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         raise ValueError(f"residual {tuple(residual.shape)} {residual.dtype} does not match "
                          f"x {tuple(x.shape)} {x.dtype} (or its last axis is strided)")
     total = x if residual is None else torch.empty(1, k, dtype=x.dtype, device=x.device)
-    out = _launch(x, weight, bias, r_ptr=x if residual is None else residual,
+    out = _launch(x, weight, bias, "norm", r_ptr=x if residual is None else residual,
                   norm_w_ptr=norm_weight, r_out_ptr=total, eps=eps, NORM=True,
                   RESIDUAL=residual is not None, ROW_BLOCK=min(triton.next_power_of_2(k), 8192))
     return out, total
@@ -185,4 +184,4 @@ def gemv_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """gemv(silu_and_mul(x), weight, bias) in one kernel. x: [1, 2K] (gate then up, as
     gate_up_proj writes it), weight: [N, K] -> [1, N]."""
     _check("gemv_silu_and_mul", x, 2, weight, bias)
-    return _launch(x, weight, bias, GATED=True)
+    return _launch(x, weight, bias, "gated", GATED=True)
