@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 
@@ -58,13 +58,13 @@ def pick(passed: list[Choice], default_suffix: str | None) -> Choice:
     default = next((c for c in passed if c.impl.suffix == default_suffix), None)
     if default is not None and fastest.latency_ms > default.latency_ms * (1 - MIN_GAIN):
         fastest = default
-    return Choice(fastest.impl, fastest.latency_ms, fastest.speedup,
-                  fastest.impl.suffix == default_suffix)
+    return replace(fastest, is_default=fastest.impl.suffix == default_suffix)
 
 
 def best_per_bucket(trace_set: TraceSet, device: torch.device
                     ) -> dict[str, dict[int, Choice]]:
-    """Definition name -> bucket -> the fastest solution that passed every workload there."""
+    """Definition name -> bucket -> pick() among the solutions that passed every workload
+    there."""
     table: dict[str, dict[int, Choice]] = {}
     for name, definition in trace_set.definitions.items():
         spec = spec_for(definition)

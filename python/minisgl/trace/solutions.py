@@ -66,9 +66,9 @@ def engine_default(op: str, device: torch.device) -> str | None:
         return "cuda" if load_extension() is not None else "torch"
     if op == "moe":
         return "triton"  # moe.resolve_backend's auto on a GPU
-    from minisgl.kernel import triton_for
+    from minisgl.env import load_env  # what kernel.triton_for reads
 
-    return "triton" if triton_for(torch.empty(0, device=device)) is not None else "torch"
+    return "torch" if load_env().disable_fused_kernels else "triton"
 
 
 def _triton():
