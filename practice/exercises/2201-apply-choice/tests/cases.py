@@ -14,45 +14,45 @@ def bucket(n: int) -> int:
     return b
 
 
+def candidates(traces) -> dict:
+    """(definition, bucket) -> {solution: mean latency} over the solutions that never failed
+    there (a bucket where every solution failed has an empty dict)."""
+    out = {}
+    for name in sorted({t["definition"] for t in traces}):
+        mine = [t for t in traces if t["definition"] == name]
+        for b in sorted({bucket(t["size"]) for t in mine}):
+            here = [t for t in mine if bucket(t["size"]) == b]
+            means = {}
+            for s in sorted({t["solution"] for t in here}):
+                ts = [t for t in here if t["solution"] == s]
+                if all(t["status"] == "PASSED" for t in ts):
+                    means[s] = sum(t["latency_ms"] for t in ts) / len(ts)
+            out[(name, b)] = means
+    return out
+
+
 def model(traces, defaults=None):
     for t in traces:
         if t["status"] == "PASSED" and (t["latency_ms"] is None or t["latency_ms"] < 0):
             return "ValueError"
     out = []
-    names = sorted({t["definition"] for t in traces})
-    for name in names:
-        mine = [t for t in traces if t["definition"] == name]
-        for b in sorted({bucket(t["size"]) for t in mine}):
-            here = [t for t in mine if bucket(t["size"]) == b]
-            ranked = []
-            for s in sorted({t["solution"] for t in here}):
-                ts = [t for t in here if t["solution"] == s]
-                if all(t["status"] == "PASSED" for t in ts):
-                    ranked.append((sum(t["latency_ms"] for t in ts) / len(ts), s))
-            if ranked:
-                first_ms, first = sorted(ranked)[0]
-                default = (defaults or {}).get(name)
-                default_ms = [ms for ms, s in ranked if s == default]
-                if default_ms and first_ms > 0.8 * default_ms[0]:
-                    first = default
-                out.append([name, b, first])
+    for (name, b), means in candidates(traces).items():
+        if not means:
+            continue
+        first = sorted((ms, s) for s, ms in means.items())[0][1]
+        default = (defaults or {}).get(name)
+        if default in means and means[first] > 0.8 * means[default]:
+            first = default
+        out.append([name, b, first])
     return out
 
 
 def near_the_line(traces, defaults) -> bool:
     """A bucket whose fastest sits within 1e-9 of 0.8 x its default: rounding decides the
     answer there, so random cases avoid it (the hand-written one is exact in binary)."""
-    for name, default in defaults.items():
-        for b in {bucket(t["size"]) for t in traces if t["definition"] == name}:
-            here = [t for t in traces if t["definition"] == name and bucket(t["size"]) == b]
-            means = {}
-            for s in {t["solution"] for t in here}:
-                ts = [t for t in here if t["solution"] == s]
-                if all(t["status"] == "PASSED" for t in ts):
-                    means[s] = sum(t["latency_ms"] for t in ts) / len(ts)
-            if default in means and abs(min(means.values()) - 0.8 * means[default]) < 1e-9:
-                return True
-    return False
+    return any(defaults.get(name) in means
+               and abs(min(means.values()) - 0.8 * means[defaults[name]]) < 1e-9
+               for (name, _), means in candidates(traces).items())
 
 
 def t(d, size, s, status="PASSED", ms=None):
