@@ -113,10 +113,13 @@ def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
     register(Impl("fused_add_rmsnorm", "planted", "python", planted_norm, "planted, wrong"))
     try:
         llm = LLM(str(smollm2_dir), trace_set=str(root), max_running_reqs=8)
-        applier = runtime.current().applier
-        assert isinstance(applier, Applier) and applier.table
-        # On a CPU every pick is the torch code, the engine's own default, which apply leaves
-        # alone. Marked as swaps, each traced op runs through its solution's canonical call
+        # On a CPU every pick is the torch code, the engine's own default: apply swaps nothing,
+        # so it installs nothing and every op runs as written.
+        assert runtime.current() is None
+        kept = llm.generate(prompts, greedy, use_tqdm=False)
+        applier = Applier.load(root, torch.device("cpu"))
+        assert applier.table and not applier.swapped_ops
+        # Marked as swaps, each traced op runs through its solution's canonical call
         # (Runtime.call -> impl.fn -> OpSpec.finish), the path a GPU swap takes.
         calls = Counter()
 
@@ -129,12 +132,43 @@ def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
         applier.table = {name: {b: replace(c, impl=counted(c.impl), is_default=False)
                                 for b, c in buckets.items()}
                          for name, buckets in applier.table.items()}
-        applied = llm.generate(prompts, greedy, use_tqdm=False)
-        llm.shutdown()
+        assert applier.swapped_ops >= {"fused_add_rmsnorm", "silu_and_mul", "store_kv"}
+        runtime.install(runtime.Runtime(applier=applier))
+        try:
+            applied = llm.generate(prompts, greedy, use_tqdm=False)
+        finally:
+            runtime.install(None)
+            llm.shutdown()
     finally:
         unregister("fused_add_rmsnorm", "planted")
+    assert [o["token_ids"] for o in kept] == [o["token_ids"] for o in plain]
     assert [o["token_ids"] for o in applied] == [o["token_ids"] for o in plain]
     assert calls["fused_add_rmsnorm"] and calls["silu_and_mul"], calls  # the swaps ran
+
+
+def test_ops_apply_does_not_swap_skip_the_dispatch():
+    """With an applier only, an op it never swaps runs as written without a look at its call
+    (the lookup alone cost 4% of the H200's throughput); a swapped op is looked up."""
+    seen = []
+
+    class OnlySilu:
+        swapped_ops = frozenset({"silu_and_mul"})
+
+        def choose(self, spec, call):
+            seen.append(spec.op)
+            return None
+
+    rt = runtime.Runtime(applier=OnlySilu())
+    # arguments no call site accepts: the dispatch must not even look at them
+    assert rt.call("fused_add_rmsnorm", lambda *a: "as written", ("not", "tensors"), {}) \
+        == "as written"
+    assert seen == []
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(3))
+    gate, up = x.chunk(2, dim=-1)
+    out = rt.call("silu_and_mul", lambda t: torch.nn.functional.silu(gate) * up, (x,), {})
+    assert seen == ["silu_and_mul"] and torch.equal(out, torch.nn.functional.silu(gate) * up)
+    # a recorder sees every op, so with one the filter is off
+    assert runtime.Runtime(recorder=object(), applier=OnlySilu()).only_ops is None
 
 
 def test_apply_needs_benchmarked_traces(tmp_path):

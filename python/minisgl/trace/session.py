@@ -10,11 +10,11 @@ from .runtime import Runtime, install
 
 @dataclass
 class TraceSession:
-    runtime: Runtime
+    runtime: Runtime | None  # None: apply kept the engine's code everywhere, nothing installed
     engine_config: Any  # the engine's config (with the attention backend apply chose, ch. 22)
 
     def close(self) -> None:
-        if self.runtime.recorder is not None:
+        if self.runtime is not None and self.runtime.recorder is not None:
             self.runtime.recorder.close()
         install(None)
 
@@ -38,6 +38,10 @@ def trace_session(config: Any) -> TraceSession | None:
         applier = Applier.load(config.trace_set, torch.device(config.device))
         backend = applier.attention_backend(config.attention_backend)
         config = dataclasses.replace(config, attention_backend=backend)
+        if not applier.swapped_ops:  # every op keeps the engine's code: nothing to dispatch
+            applier = None
+            if recorder is None:
+                return TraceSession(None, config)
     # <<< ch22
     if recorder is None and applier is None:
         return None
