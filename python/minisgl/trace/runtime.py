@@ -31,12 +31,16 @@ class Runtime:
         self.applier = applier
         self.depth = 0  # > 0 while inside an opaque op: nested ops run as written
         self.paused = 0  # > 0 while recording is off (CUDA-graph warm-up and capture)
+        # >>> ch22
         # without a recorder, only the ops the applier swaps somewhere need a look at the call
         self.only_ops = None if recorder is not None or applier is None else applier.swapped_ops
+        # <<< ch22
 
     def call(self, op: str, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        # >>> ch22
         if self.only_ops is not None and op not in self.only_ops:
             return fn(*args, **kwargs)
+        # <<< ch22
         from .ops import OPS  # the op table imports the layers; import it on first use
 
         spec = OPS[op]
