@@ -108,10 +108,18 @@ def plot(costs: list[DecodeCost], hw: Hardware, path: str | Path, label: str,
     xs = [c.intensity for c in costs]
     ax.loglog(xs, [min(hw.flops_per_s, x * hw.bytes_per_s) / 1e12 for x in xs], "o",
               label=f"{label}: bound")
-    for c in costs:
-        ax.annotate(f"B={c.batch}", (c.intensity, min(hw.flops_per_s,
-                    c.intensity * hw.bytes_per_s) / 1e12), fontsize=7,
-                    textcoords="offset points", xytext=(4, -10))
+    # large batches crowd at nearly the same intensity (K/V bytes dominate): one label per group
+    groups: list[list[DecodeCost]] = []
+    for c in sorted(costs, key=lambda c: c.intensity):
+        if groups and c.intensity < groups[-1][0].intensity * 1.3:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    for group in groups:
+        first = group[0]
+        ax.annotate("B=" + ",".join(str(c.batch) for c in group),
+                    (first.intensity, min(hw.flops_per_s, first.intensity * hw.bytes_per_s) / 1e12),
+                    fontsize=7, textcoords="offset points", xytext=(4, -10))
     if measured:
         pts = [(c.intensity, measured[c.batch] * c.flops_per_token / 1e12)
                for c in costs if c.batch in measured]
