@@ -21,7 +21,8 @@ class TraceSession:
 
 def trace_session(config: Any) -> TraceSession | None:
     """Install the recorder (config.trace_dir) and the applier (config.trace_set); None when
-    neither is asked for, and then every op runs exactly as written."""
+    neither is asked for, and then every op runs exactly as written. An applier that swaps no op
+    is not installed either: its session only carries the attention backend it chose."""
     recorder = applier = None
     if config.trace_dir:
         from .capture import Recorder
