@@ -386,7 +386,8 @@ def test_check_shows_progress_and_estimates_from_the_last_run(tmp_path):
     assert "   | " in first.stdout  # pytest's own output, shown as it runs
     timings = json.loads((tmp_path / "cache" / "steps" / "timings.json").read_text())
     assert set(timings[str(root.resolve())]) == {"ch02 main", "ch02 tests"}
-    second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    second = subprocess.run([*command, "--rerun"], capture_output=True, text=True, timeout=300,
+                            env=env)  # --rerun: not proven by the first run's record
     assert second.returncode == 0, second.stdout + second.stderr
     assert re.search(r"== ch02 .*\[1/1 · \d+s so far, about \d+s left \(from the last run",
                      second.stdout), second.stdout
@@ -570,3 +571,116 @@ def test_used_files_add_headers_and_drop_folders(tmp_path):
     assert "python" not in used
     changed = [path for path in used if not steps.same_as_final(manifest, tree, path)]
     assert changed == [PKG + "k/b.cuh"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the record of passing runs (tools/steps_proof.py): an unchanged chapter is proven, not run
+
+
+def _by_record(stdout: str) -> list[str]:
+    """The chapters that a check skipped because the record proves them."""
+    found = re.search(r"proven by the record of an earlier passing run, not run: \d+(?: \((.*)\))?",
+                      stdout)
+    assert found, stdout
+    return found.group(1).split(", ") if found.group(1) else []
+
+
+@pytest.mark.slow
+def test_the_record_skips_unchanged_chapters_and_reruns_changed_ones(tmp_path):
+    root = proven_repo(tmp_path / "repo")
+    first = run_steps("--root", str(root), "check")
+    assert first.returncode == 1 and _by_record(first.stdout) == [], first.stdout  # ch05 fails
+    record = json.loads((root / "tools/chapters/proven.json").read_text())
+    assert sorted(record["runs"]) == ["ch01", "ch02", "ch03", "ch04"]  # none for the failing one
+
+    again = run_steps("--root", str(root), "check")
+    assert _by_record(again.stdout) == ["ch01", "ch02", "ch03", "ch04"], again.stdout
+    assert "== ch05" in again.stdout and "ch05 tests" not in again.stdout  # it still runs, fails
+    assert "4/5 chapters passed; failed: ch05" in again.stdout
+    # what the skipped chapters' tests read still decides whether they are proven on final code
+    assert "re-run tests/test_ch02.py" in again.stdout
+
+    # a file that chapter 1's test reads changes: only chapter 1 runs again
+    stable = root / PKG / "stable.py"
+    stable.write_text(stable.read_text() + "Z = 3\n")
+    changed = run_steps("--root", str(root), "check", "1", "2", "3", "4")
+    assert _by_record(changed.stdout) == ["ch02", "ch03", "ch04"], changed.stdout
+    assert f"record {PKG}stable.py changed: runs" in changed.stdout
+
+    # variant: a new file in a package folder the runs listed reruns every chapter that listed it
+    (root / PKG / "extra.py").write_text("")
+    manifest = (root / "tools/chapters.toml").read_text()
+    (root / "tools/chapters.toml").write_text(
+        manifest.replace(f'"{PKG}moving.py"]', f'"{PKG}moving.py", "{PKG}extra.py"]'))
+    listed = run_steps("--root", str(root), "check", "1", "2")
+    assert _by_record(listed.stdout) == [], listed.stdout
+    assert f"record {PKG.rstrip('/')}/ (its list of files) changed: runs" in listed.stdout
+
+
+@pytest.mark.slow
+def test_the_record_is_void_in_another_environment_or_with_rerun(tmp_path):
+    root = isolation_repo(tmp_path / "repo")
+    assert run_steps("--root", str(root), "check", "2").returncode == 0
+    assert _by_record(run_steps("--root", str(root), "check", "2").stdout) == ["ch02"]
+    rerun = run_steps("--root", str(root), "check", "2", "--rerun")
+    assert _by_record(rerun.stdout) == [] and "tests  ok" in rerun.stdout
+    assert "record --rerun asks for every run: runs" in rerun.stdout
+    path = root / "tools/chapters/proven.json"
+    record = json.loads(path.read_text())
+    record["environment"]["pkg torch"] = "0.0.1"  # as if written where torch 0.0.1 ran
+    record["runs"]["ch02"]["env"] = "0" * 64
+    path.write_text(json.dumps(record))
+    other = run_steps("--root", str(root), "check", "2")
+    assert "record the environment differs (pkg torch): runs" in other.stdout, other.stdout
+    path.write_text("{not json")
+    broken = run_steps("--root", str(root), "check", "2")
+    assert broken.returncode == 0 and "unreadable, every chapter runs" in broken.stdout
+
+
+FINAL_TESTS = REPO / "tools" / "final_tests.py"
+
+
+def run_final(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(FINAL_TESTS), "--root", str(root), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_final_tests_prove_unchanged_files_by_record_and_rerun_changed_ones(tmp_path):
+    root = make_repo(tmp_path / "repo", [{"number": 1, "files": [PKG + "__init__.py"]}], {
+        PKG + "__init__.py": "",
+        PKG + "a.py": "VALUE = 1\n",
+        "tests/test_a.py": src("import minisgl.a", "", "def test_a():",
+                               "    assert minisgl.a.VALUE == 1"),
+        "tests/test_b.py": src("def test_b():", "    assert True"),
+        "tests/test_c.py": src("import subprocess, sys", "", "def test_c():",
+                               "    subprocess.run([sys.executable, '-I', 'tools/helper.py'],",
+                               "                   check=True)"),
+        "tools/helper.py": "print('hi')\n",
+        "tools/neighbour.py": "X = 1\n",
+    })
+    first = run_final(root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "3/3 test files passed" in first.stdout and "proven by record, not run: 0" in first.stdout
+    again = run_final(root)
+    assert "proven by record, not run: 3" in again.stdout, again.stdout
+
+    (root / PKG / "a.py").write_text("VALUE = 2\n")  # test_a reads it: runs again, and fails
+    changed = run_final(root)
+    assert changed.returncode == 1 and "FAILED tests/test_a.py" in changed.stdout
+    assert f"tests/test_a.py: {PKG}a.py changed: runs" in changed.stdout
+    assert "proven by record, not run: 2" in changed.stdout
+    # a failed file loses its record: back to the passing code, it still runs
+    (root / PKG / "a.py").write_text("VALUE = 1\n")
+    assert "tests/test_a.py: no passing run recorded: runs" in run_final(root).stdout
+
+    # variant: a program started with `python -I` (no hook of ours runs in it): every file of
+    # its script's folder counts as read
+    (root / "tools" / "neighbour.py").write_text("X = 2\n")
+    neighbour = run_final(root, "tests/test_c.py")
+    assert "tests/test_c.py: tools/neighbour.py changed: runs" in neighbour.stdout, \
+        neighbour.stdout
+    (tmp_path / "proven.txt").write_text("tests/test_b.py\n")
+    skipped = run_final(root, "--rerun", "--skip", str(tmp_path / "proven.txt"))
+    assert "test_b.py" not in skipped.stdout.split("passed on the final tree")[0]
+    assert "2/2 test files passed" in skipped.stdout and "by the chapter checks: 1" in skipped.stdout

@@ -50,7 +50,8 @@ Commands:
 `check` shows where it stands: `== ch03 ...   [3/17 · 4m10s so far, about 12m left]` before each
 chapter (the estimate is the sum of the steps still to run as they took last time, kept per
 repository in <cache>/steps/timings.json), each main's time and pytest's own progress as the
-tests run. Before anything runs it looks for the modules that the chapters' tests need beyond
+tests run (each test file's name, then a dot per test as it passes, unbuffered), and at the end
+what the run means in plain words: what ran where, and what is left to do. Before anything runs it looks for the modules that the chapters' tests need beyond
 requirements.txt (flashinfer_bench) and, if one is missing, names `python tools/setup_env.py`.
 
 While a chapter's tests run, every Python process in its tree records the files of the tree it
@@ -73,11 +74,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (tests, docs hooks)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import steps_proof  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "python/minisgl/"
@@ -481,9 +487,15 @@ def materialize(n: int, dest: Path | str, manifest: Manifest | None = None) -> P
         elif source.is_dir():
             for file in sorted(source.rglob("*")):
                 rel = file.relative_to(manifest.root).as_posix()
-                if file.is_file() and "__pycache__" not in rel:
+                if file.is_file() and "__pycache__" not in rel and not _is_record(rel):
                     _write(manifest, rel, n, dest, markers=item != "tools")
     return dest
+
+
+def _is_record(rel: str) -> bool:
+    """The record of passing runs (and its half-written copies): what checks write, no input."""
+    folder, name = steps_proof.RECORD.rsplit("/", 1)
+    return rel == steps_proof.RECORD or rel.startswith(f"{folder}/.{name}")
 
 
 def _write(manifest: Manifest, path: str, n: int, dest: Path, markers: bool = True) -> None:
@@ -668,15 +680,17 @@ sys.meta_path.insert(0, _OnlyFromTree)
 # One line per file of the tree, relative to it, written at once with O_APPEND: lines from
 # concurrent processes never mix, and a worker that ends by os._exit or a signal has still
 # recorded what it read.
-def _note(path):
+def _note(path, folder=False):
     if not _RECORD:
         return
     path = os.path.abspath(path)
-    if os.sep + "__pycache__" + os.sep in path or os.sep + ".hypothesis" + os.sep in path:
+    if os.sep + "__pycache__" in path or os.sep + ".hypothesis" in path:
         return  # caches that tests write (bytecode, hypothesis' examples), not code
     for tree in _TREES:
-        if path.startswith(tree + os.sep):
+        if path == tree or path.startswith(tree + os.sep):
             relative = path[len(tree) + 1 :]
+            if folder:
+                relative = "/" + relative  # a folder listed: its own record, see used_folders
             if relative not in _noted:
                 _noted.add(relative)
                 fd = os.open(_RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -696,8 +710,35 @@ def _note_missing(name, path):
         _note(os.path.join(folder, tail, "__init__.py"))
 
 
+def _note_started(argv, cwd):
+    # A program started with a file of the tree as an argument may read it, and its neighbours,
+    # where no hook of ours runs (`python -I` ignores sitecustomize; a compiler, a shell): every
+    # file of that folder counts as read.
+    for arg in argv if isinstance(argv, (list, tuple)) else [argv]:
+        if not isinstance(arg, (str, bytes, os.PathLike)):
+            continue
+        path = os.path.join(os.fsdecode(cwd) if cwd else os.getcwd(), os.fsdecode(arg))
+        if os.path.isfile(path) and any(_inside(path, t) for t in _TREES):
+            folder = os.path.dirname(os.path.abspath(path))
+            _note(folder, folder=True)
+            for name in os.listdir(folder):
+                if os.path.isfile(os.path.join(folder, name)):
+                    _note(os.path.join(folder, name))
+
+
 def _note_reads(event, args):
-    # Every file opened for reading: imported sources (io.open_code) and data files alike.
+    # Every file opened for reading: imported sources (io.open_code) and data files alike; and
+    # every folder listed (the import system lists each package folder, glob and os.walk scan):
+    # a file added to a listed folder can change what the run does.
+    if event in ("os.listdir", "os.scandir") and not isinstance(args[0], int):
+        _note(os.fsdecode(args[0] if args[0] is not None else "."), folder=True)
+        return
+    if event == "subprocess.Popen":
+        _note_started(args[1], args[2])
+        return
+    if event in ("os.exec", "os.posix_spawn"):
+        _note_started(args[1], None)
+        return
     if event != "open" or args[0] is None or isinstance(args[0], int):
         return
     if args[2] & os.O_ACCMODE != os.O_RDONLY:
@@ -891,6 +932,7 @@ class ChapterCheck:
     tests: list[str]
     ok: bool
     changed: list[str] = field(default_factory=list)  # files its tests used that change later
+    by_record: bool = False  # not run: the record of an earlier passing run proves it
 
     @property
     def proven(self) -> bool:
@@ -899,8 +941,29 @@ class ChapterCheck:
         return self.ok and bool(self.tests) and not self.changed
 
 
+@dataclass
+class Proof:
+    """The record of passing runs (tools/steps_proof.py) and the environment of this one."""
+
+    record: steps_proof.Record
+    env: dict[str, str]
+    rerun: bool = False  # run everything; passing runs are still recorded
+
+    @classmethod
+    def load(cls, root: Path, rerun: bool = False) -> Proof:
+        return cls(steps_proof.Record(root), steps_proof.environment(), rerun)
+
+    def why_not_proven(self, key: str, now: steps_proof.Snapshot) -> str | None:
+        if self.rerun:
+            return "--rerun asks for every run"
+        return self.record.why_not_proven(key, now, self.env)
+
+
 def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
-                  progress: Progress | None = None, position: str = "") -> ChapterCheck:
+                  progress: Progress | None = None, position: str = "",
+                  proof: Proof | None = None) -> ChapterCheck:
+    """Build chapter n's tree and run its main and tests there; with `proof`, first look whether
+    the record of an earlier passing run still proves the chapter, and record a passing run."""
     ch = manifest.chapter(n)
     progress = progress or Progress(manifest.root, steps=[], previous={})
     print(f"== ch{n:02d} {ch.title}   [{position}{progress.line()}]", flush=True)
@@ -910,15 +973,33 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
     except StepsError as e:
         print(f"   tree   FAIL\n{_indent(str(e))}", flush=True)
         return ChapterCheck(ch.tests, ok=False)
+    fresh = steps_proof.Snapshot.of(tree)  # before anything runs: tests may write into it
+    if proof is not None:
+        why = proof.why_not_proven(f"ch{n:02d}", fresh)
+        if why is None:
+            inputs = proof.record.proven(f"ch{n:02d}")
+            print(f"   record the {len(inputs.files)} files and {len(inputs.folders)} folders its "
+                  "passing run read are unchanged: proven by record, not run", flush=True)
+            for step in progress.steps:
+                if step.startswith(f"ch{n:02d} "):
+                    progress.done.add(step)
+            found = ChapterCheck(ch.tests, ok=True, by_record=True)
+            return _compare_with_final(manifest, tree, found, sorted(inputs.files))
+        print(f"   record {why}: runs", flush=True)
     site_dir = workdir / "site"
     site_dir.mkdir(exist_ok=True)
     (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     record = workdir / "used" / f"ch{n:02d}.txt"  # what the tests read, see SITECUSTOMIZE
+    main_record = workdir / "used" / f"ch{n:02d}-main.txt"  # what the main read
     record.parent.mkdir(exist_ok=True)
     env = child_env(tree, site_dir, manifest.root)
-    steps = [("main ", [sys.executable, ch.main], ch.main, env)]
+    main_env = {**env, "MINISGL_STEPS_RECORD": str(main_record)}
+    steps = [("main ", [sys.executable, ch.main], ch.main, main_env)]
     if ch.tests:
-        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ch.tests]
+        # -u: pytest's progress reaches the pipe as it is written, not when a line or a buffer
+        # fills (a line of dots could take a minute); default verbosity names each test file.
+        pytest = [sys.executable, "-u", "-m", "pytest", "--no-header", "-p", "no:cacheprovider",
+                  *ch.tests]
         recording = {**env, "MINISGL_STEPS_RECORD": str(record)}
         steps.append(("tests", pytest, "pytest " + " ".join(ch.tests), recording))
     ok = True
@@ -939,16 +1020,35 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
             if not echo:  # echoed output is on the screen already
                 print(_indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
     found = ChapterCheck(ch.tests, ok)
-    if ok and ch.tests:
-        used = used_files(ch, tree, record, manifest.root)
-        found.changed = [path for path in used if not same_as_final(manifest, tree, path)]
-        if found.changed:
-            more = f" (and {len(found.changed) - 1} more)" if len(found.changed) > 1 else ""
-            print(f"   final  {found.changed[0]}{more} changes later: pytest runs these tests "
-                  "again on the final tree", flush=True)
+    if proof is not None:
+        if ok:
+            files = {*used_files(ch, tree, record, manifest.root), ch.main,
+                     *(line for line in _record_lines(main_record) if not line.startswith("/"))}
+            folders = used_folders(record) | used_folders(main_record)
+            proof.record.put(f"ch{n:02d}", steps_proof.Inputs.of(fresh, files, folders),
+                             proof.env)
         else:
-            read = sum((tree / path).is_file() for path in used)
-            print(f"   final  the {read} files these tests read are all final: proven", flush=True)
+            proof.record.forget(f"ch{n:02d}")
+        proof.record.save()
+    if ok and ch.tests:
+        found = _compare_with_final(manifest, tree, found,
+                                    used_files(ch, tree, record, manifest.root))
+    return found
+
+
+def _compare_with_final(manifest: Manifest, tree: Path, found: ChapterCheck,
+                        used: list[str]) -> ChapterCheck:
+    """Mark the chapter's tests proven on final code when every file they read is final."""
+    if not found.tests:
+        return found
+    found.changed = [path for path in used if not same_as_final(manifest, tree, path)]
+    if found.changed:
+        more = f" (and {len(found.changed) - 1} more)" if len(found.changed) > 1 else ""
+        print(f"   final  {found.changed[0]}{more} changes later: pytest runs these tests "
+              "again on the final tree", flush=True)
+    else:
+        read = sum((tree / path).is_file() for path in used)
+        print(f"   final  the {read} files these tests read are all final: proven", flush=True)
     return found
 
 
@@ -969,13 +1069,22 @@ def used_files(ch: Chapter, tree: Path, record: Path, root: Path) -> list[str]:
     against a folder descriptor (shutil.rmtree opens every folder it removes so) reaches the
     record as if it were relative to the tree, since the audit event does not carry the
     descriptor."""
-    used = set(record.read_text(encoding="utf-8").splitlines()) if record.is_file() else set()
+    used = {line for line in _record_lines(record) if not line.startswith("/")}
     used |= {*ch.tests, *PYTEST_INPUTS}
     if any(path.endswith(NATIVE) for path in used):
         used |= {file.relative_to(tree).as_posix() for file in tree.rglob("*")
                  if file.is_file() and file.name.endswith(NATIVE)}
     return sorted(path for path in used if not (tree / path).is_dir()
                   and not (root / path).is_dir())
+
+
+def used_folders(record: Path) -> set[str]:
+    """The folders of the tree whose entries the run listed, relative to it ("" for the tree)."""
+    return {line[1:] for line in _record_lines(record) if line.startswith("/")}
+
+
+def _record_lines(record: Path) -> list[str]:
+    return record.read_text(encoding="utf-8").splitlines() if record.is_file() else []
 
 
 def same_as_final(manifest: Manifest, tree: Path, path: str) -> bool:
@@ -1020,9 +1129,11 @@ def missing_modules(numbers: list[int]) -> list[str]:
 
 def check(
     manifest: Manifest, numbers: list[int], keep: bool, timeout: float,
-    record_proven: Path | None = None,
+    record_proven: Path | None = None, rerun: bool = False,
 ) -> bool:
+    """Check the chapters; one whose record still proves it is skipped unless `rerun`."""
     checks: dict[int, ChapterCheck] = {}
+    proof = Proof.load(manifest.root, rerun)
     numbers = numbers or [ch.number for ch in manifest.chapters]
     progress = Progress(
         manifest.root,
@@ -1034,7 +1145,7 @@ def check(
     try:
         for i, n in enumerate(numbers, start=1):
             checks[n] = check_chapter(manifest, n, workdir, timeout, progress,
-                                      f"{i}/{len(numbers)} · ")
+                                      f"{i}/{len(numbers)} · ", proof)
     finally:
         if keep:
             print(f"trees kept in {workdir}")
@@ -1042,8 +1153,12 @@ def check(
             shutil.rmtree(workdir, ignore_errors=True)
     failed = [n for n, found in checks.items() if not found.ok]
     summary = ", ".join(f"ch{n:02d}" for n in failed) or "none"
+    by_record = [f"ch{n:02d}" for n, found in checks.items() if found.by_record]
     print(f"{len(checks) - len(failed)}/{len(checks)} chapters passed; failed: {summary} "
           f"({progress.line()})")
+    print(f"proven by the record of an earlier passing run, not run: {len(by_record)}"
+          + (f" ({', '.join(by_record)})" if by_record else "")
+          + f"; the record is {steps_proof.RECORD}")
     proven = [test for found in checks.values() if found.proven for test in found.tests]
     rerun = [(test, found.changed[0]) for found in checks.values() if found.changed
              for test in found.tests]
@@ -1051,9 +1166,34 @@ def check(
           f"changed later: {len(rerun)}")
     for test, changed in rerun:
         print(f"   re-run {test}: {changed} changed")
+    print(closing_words(len(checks), failed, len(proven), len(rerun)), flush=True)
     if record_proven is not None:
         record_proven.write_text("".join(test + "\n" for test in proven), encoding="utf-8")
     return not failed
+
+
+def closing_words(checked: int, failed: list[int], proven: int, rerun: int) -> str:
+    """The check's outcome in plain words: where the tests ran, what still runs on the final
+    tree (and by which command), and what is left for the learner to do."""
+    ran = (f"All {checked} chapters passed" if not failed
+           else f"{checked - len(failed)} of {checked} chapters passed")
+    words = [f"In short: {ran}, each on its own tree (the code as it stands after that chapter)."
+             " This check ran nothing on the final tree."]
+    if proven:
+        words.append(f"{proven} test file{'s' * (proven != 1)} read only code that the final "
+                     "tree holds unchanged, so their pass holds for the final code too.")
+    if rerun:
+        words.append(f"{rerun} test file{'s' * (rerun != 1)} read code that later chapters "
+                     "change: `python -m pytest` runs them on the final tree (`bash "
+                     "tools/run_tests.sh` does so right after this check).")
+    if failed:
+        numbers = " ".join(str(n) for n in failed)
+        words.append(f"Left for you: fix {', '.join(f'ch{n:02d}' for n in failed)} (the "
+                     f"failing output is above), then run `python tools/steps.py check "
+                     f"{numbers}` again.")
+    else:
+        words.append("Nothing is left for you to do here.")
+    return "\n".join(textwrap.wrap(" ".join(words), 100))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1089,6 +1229,11 @@ def main(argv: list[str] | None = None) -> int:
         "--record-proven", type=Path, metavar="FILE",
         help="write the test files proven on final code to FILE, one per line (default: none)",
     )
+    chk.add_argument(
+        "--rerun", action="store_true",
+        help=f"run every chapter, even one that the record of an earlier passing run "
+        f"({steps_proof.RECORD}) proves unchanged (default: skip those)",
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -1113,7 +1258,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: the chapters' tests need {', '.join(missing)}, which this Python "
                       f"lacks: run `{SETUP}` (the README's set-up)", file=sys.stderr)
                 return 2
-            passed = check(manifest, args.n, args.keep, args.timeout, args.record_proven)
+            passed = check(manifest, args.n, args.keep, args.timeout, args.record_proven,
+                           args.rerun)
             return 0 if passed else 1
     except StepsError as e:
         print(f"error: {e}", file=sys.stderr)
