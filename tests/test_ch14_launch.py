@@ -56,9 +56,10 @@ def open_stream(server: RunningServer, path: str, body: dict) -> http.client.HTT
     return resp
 
 
-def test_sigterm_under_load_ends_streams_cleanly_and_fast(smollm2_dir):
-    """SIGTERM while 4 streams run: each stream gets an error event and [DONE], every process is
-    gone within a few seconds, the socket folder is removed and the log has no traceback."""
+def test_sigterm_under_load_ends_streams_cleanly_and_every_worker_by_itself(smollm2_dir):
+    """SIGTERM while 4 streams run: each stream gets an error event and [DONE], every process
+    ends by itself (none is killed for missing the stop deadline), the socket folder is removed
+    and the log has no traceback."""
     server = RunningServer(["--model", str(smollm2_dir), "--num-tokenizer", "2", *SMALL])
     procs = family(server)
     names = {p.pid for p in procs}
@@ -71,7 +72,6 @@ def test_sigterm_under_load_ends_streams_cleanly_and_fast(smollm2_dir):
                    {"role": "user", "content": "Tell me a long story."}]}),
                open_stream(server, "/generate", {"text": "One, two,", "max_tokens": 400}),
                open_stream(server, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 400})]
-    start = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     for resp in streams:
         events = [e for e in resp.read().split(b"\n\n") if e]
@@ -81,10 +81,11 @@ def test_sigterm_under_load_ends_streams_cleanly_and_fast(smollm2_dir):
         assert error["error"]["type"] == "server_error"
     assert server.proc.wait(60) == 0
     assert wait_gone(procs) == [], f"left behind: {names}"
-    elapsed = time.monotonic() - start
-    assert elapsed < 8, f"stopping took {elapsed:.1f} s"  # it took 10.6 s before the fix
     assert not any(os.path.exists(f) for f in folders)
     log = server.log_text()
+    # every worker ended on SIGTERM itself: the launcher kills one that is still alive 10 s
+    # later and says so (a worker that handled SIGTERM in Python missed it under load once)
+    assert "did not stop in time" not in log, log
     assert "Traceback" not in log and "Exception ignored" not in log and "ZMQError" not in log
 
 
@@ -125,7 +126,7 @@ def test_a_killed_launcher_takes_its_workers_with_it(smollm2_dir):
     live = private_ipc_dir()  # this test process plays a live launcher
     try:
         server.proc.kill()  # SIGKILL: no handler runs, no cleanup code
-        server.proc.wait(10)
+        server.proc.wait(60)
         assert wait_gone(procs[1:]) == []
         assert folders and all(os.path.isdir(f) for f in folders)
         removed = remove_stale_ipc_dirs()

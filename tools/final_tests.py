@@ -99,6 +99,7 @@ def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: floa
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
         result = steps.run_step(command, root, {**env, "MINISGL_STEPS_RECORD": str(record)},
                                 timeout, echo=True)
+        print(f"   {'ok' if result.ok else 'FAIL'} ({result.seconds:.1f}s)", flush=True)
         if result.ok:
             files, folders = used(record, test, repo_files)
             proof.record.put(key, steps_proof.Inputs.of(fresh, files, folders), proof.env)
