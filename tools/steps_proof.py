@@ -52,9 +52,10 @@ def listing_digest(folder: Path) -> str:
     return names_digest([entry.name for entry in folder.iterdir()])
 
 
-def _compiler() -> str:
+def _version_of(program: str) -> str:
+    """The first line of `program --version`, or "none" where it is not installed."""
     try:
-        done = subprocess.run(["g++", "--version"], capture_output=True, text=True, timeout=30)
+        done = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return "none"
     return done.stdout.splitlines()[0] if done.returncode == 0 and done.stdout else "none"
@@ -68,7 +69,9 @@ def environment() -> dict[str, str]:
         "implementation": sys.implementation.name,
         "machine": platform.machine(),
         "system": platform.system(),
-        "g++": _compiler(),
+        "kernel": platform.release(),  # the judge's sandbox uses its cgroups, Landlock, seccomp
+        "g++": _version_of("g++"),  # the CPU emulator's compiler (chapter 19)
+        "chromium": _version_of("chromium"),  # the judge page's browser test
     }
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
