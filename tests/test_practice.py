@@ -510,7 +510,9 @@ def test_cuda_exercise_on_the_real_emulator(tmp_path, monkeypatch):
     past = judge(ex, ADD_ONE.replace("OFFSET", "1").replace("i < n", "i <= n"))
     assert _verdicts(past) == ["WA", "WA"] and "模拟器报告了错误" in past.cases[0].message
     broken = judge(ex, ADD_ONE.replace("OFFSET", "missing_name"))
-    assert _verdicts(broken) == ["CE", "CE"] and "missing_name" in broken.cases[0].details["stderr"]
+    # The compiler's output is in the verdict itself (escaped, bounded), not only on stderr.
+    assert _verdicts(broken) == ["CE", "CE"] and "missing_name" in broken.cases[0].message
+    assert "编译器的输出" in broken.cases[0].message
 
 
 # ---- the HTTP API behind the page --------------------------------------------------------------

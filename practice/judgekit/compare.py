@@ -1,11 +1,22 @@
-"""Comparing the learner's value with the expected one, and showing values to a person."""
+"""Comparing the learner's value with the expected one, and showing values to a person.
+
+The learner's value is data the learner chose, so nothing here may assume it is reasonable: an
+int too large for a float (10 ** 400), NaN, infinities, a structure nested deeper than repr()
+can walk. Comparisons are driven by the expected value's shape, numbers are compared without
+converting the learner's int to a float unless it fits, and every value shown goes through
+_short(), which never raises and never returns more than MAX_REPR characters. The runner still
+treats any exception raised here as a wrong answer (runner.check_value).
+"""
 
 from __future__ import annotations
 
+import math
 import sys
 
 MAX_SHOWN = 6  # tensor elements shown
 MAX_LINES = 24  # lines per described value
+MAX_REPR = 300  # characters of one value's repr
+MAX_DEPTH = 12  # levels of nested containers described
 
 
 def _torch():
@@ -33,31 +44,46 @@ def describe_tensor(t) -> str:
     return f"tensor(shape={list(t.shape)}, dtype={dtype}) [{head}{more}]"
 
 
+def _short(value) -> str:
+    """repr(value), cut to MAX_REPR characters; never raises (repr of a list nested thousands
+    deep raises RecursionError, of an int with more than 4300 digits ValueError)."""
+    try:
+        text = repr(value)
+    except Exception as e:  # noqa: BLE001
+        return f"<{type(value).__name__}，无法显示：{type(e).__name__}>"
+    return text if len(text) <= MAX_REPR else text[:MAX_REPR] + " ..."
+
+
 def describe(value, indent: str = "") -> str:
     """A few readable lines: tensors as shape, dtype and their first values."""
     lines: list[str] = []
 
-    def walk(v, pad: str, label: str) -> None:
+    def walk(v, pad: str, label: str, depth: int) -> None:
         if len(lines) > MAX_LINES:
             return
-        if isinstance(v, dict) and v and any(_is_tensor(x) or isinstance(x, (dict, list, tuple))
-                                             for x in v.values()):
+        if depth > MAX_DEPTH:
+            lines.append(f"{pad}{label}...（嵌套太深）")
+        elif isinstance(v, dict) and v and any(_is_tensor(x) or isinstance(x, (dict, list, tuple))
+                                               for x in v.values()):
             lines.append(f"{pad}{label}{{")
             for k, x in v.items():
-                walk(x, pad + "  ", f"{k!r}: ")
+                walk(x, pad + "  ", f"{_short(k)}: ", depth + 1)
+                if len(lines) > MAX_LINES:
+                    break
             lines.append(f"{pad}}}")
         elif isinstance(v, (list, tuple)) and any(_is_tensor(x) for x in v):
             lines.append(f"{pad}{label}{'(' if isinstance(v, tuple) else '['}")
             for x in v:
-                walk(x, pad + "  ", "")
+                walk(x, pad + "  ", "", depth + 1)
+                if len(lines) > MAX_LINES:
+                    break
             lines.append(f"{pad}{')' if isinstance(v, tuple) else ']'}")
         elif _is_tensor(v):
             lines.append(f"{pad}{label}{describe_tensor(v)}")
         else:
-            text = repr(v)
-            lines.append(f"{pad}{label}{text if len(text) <= 300 else text[:300] + ' ...'}")
+            lines.append(f"{pad}{label}{_short(v)}")
 
-    walk(value, indent, "")
+    walk(value, indent, "", 0)
     if len(lines) > MAX_LINES:
         lines = lines[:MAX_LINES] + [indent + "..."]
     return "\n".join(lines)
@@ -113,12 +139,12 @@ def compare(expected, actual, atol: float = 0.0, rtol: float = 0.0, path: str = 
         if missing or extra:
             parts = []
             if missing:
-                parts.append(f"缺少键 {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+                parts.append(f"缺少键 {_short(missing[:5])}{' ...' if len(missing) > 5 else ''}")
             if extra:
-                parts.append(f"多出键 {extra[:5]}{' ...' if len(extra) > 5 else ''}")
+                parts.append(f"多出键 {_short(extra[:5])}{' ...' if len(extra) > 5 else ''}")
             return f"{path}：" + "，".join(parts)
         for k in expected:
-            message = compare(expected[k], actual[k], atol, rtol, f"{path}[{k!r}]")
+            message = compare(expected[k], actual[k], atol, rtol, f"{path}[{_short(k)}]")
             if message:
                 return message
         return None
@@ -133,12 +159,30 @@ def compare(expected, actual, atol: float = 0.0, rtol: float = 0.0, path: str = 
                 return message
         return None
     if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):
-        if abs(actual - expected) <= atol + rtol * abs(expected) or actual == expected:
+        if _close(actual, expected, atol, rtol):
             return None
-        return f"{path}：期望 {expected!r}，实际 {actual!r}"
+        return f"{path}：期望 {_short(expected)}，实际 {_short(actual)}"
     if type(actual) is not type(expected) or actual != expected:
-        return f"{path}：期望 {expected!r}，实际 {actual!r}"
+        return f"{path}：期望 {_short(expected)}，实际 {_short(actual)}"
     return None
+
+
+def _close(actual: int | float, expected: float, atol: float, rtol: float) -> bool:
+    """|actual - expected| <= atol + rtol * |expected|, for any int or float the learner sent:
+    an int beyond float's range (10 ** 400) is far from every finite float and is not
+    converted (that would raise OverflowError); NaN matches only NaN, an infinity only itself."""
+    if actual == expected:  # exact, also between an int and a float of any size
+        return True
+    if isinstance(actual, int):
+        try:
+            actual = float(actual)
+        except OverflowError:
+            return False
+    if math.isnan(actual) or math.isnan(expected):
+        return math.isnan(actual) and math.isnan(expected)
+    if math.isinf(actual) or math.isinf(expected):
+        return False  # unequal (checked above) and infinite: no tolerance covers it
+    return abs(actual - expected) <= atol + rtol * abs(expected)
 
 
 MAX_REGIONS_SHOWN = 6

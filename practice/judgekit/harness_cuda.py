@@ -55,6 +55,21 @@ class CompileError(Exception):
     pass
 
 
+SHOWN_LOG = 1500  # characters of the compiler's output carried in a CompileError
+
+
+def _with_log(what: str, log: str) -> str:
+    """The message of a CompileError, with the compiler's own output in it: the output echoed
+    to stderr is not enough (a failure before the compiler ran, such as a kernel launch the
+    emulator cannot rewrite, echoes nothing, and a long stderr is cut). Its start holds the
+    first error, which is the one to read. The judge escapes it before showing it."""
+    log = (log or "").strip()
+    if not log:
+        return f"{what}（编译器没有输出）"
+    cut = "\n……（编译器的输出过长，已截断）" if len(log) > SHOWN_LOG else ""
+    return f"{what}，编译器的输出：\n{log[:SHOWN_LOG]}{cut}"
+
+
 def _nm(path: Path, *flags: str) -> dict[str, str]:
     """Global symbols of an object or library: name -> nm's one-letter kind."""
     out = subprocess.run(["nm", "-P", "-g", *flags, str(path)], capture_output=True, text=True)
@@ -102,6 +117,12 @@ def forbidden_symbol(learner: Path, driver: Path, runtime: Path) -> str | None:
     return None
 
 
+def _echo(log: str) -> None:
+    if log:
+        sys.stderr.write(log)
+        sys.stderr.flush()
+
+
 def _load(setup: dict):
     path = setup["emulator"]
     try:
@@ -135,9 +156,10 @@ def _call(target, header: dict, payloads: list[bytes]):
     driver = Path(header["driver"])
     unit = Path(os.getcwd()) / f"_judge_{LEARNER_UNIT}"
     unit.write_text(unit_text, encoding="utf-8")
-    learner_obj, log = emulator.compile_unit(unit, echo=True)
+    learner_obj, log = emulator.compile_unit(unit, echo=False)
     if learner_obj is None:
-        raise CompileError("你的代码编译失败（编译器的输出见下面的 stderr）")
+        raise CompileError(_with_log("你的代码编译失败", log))
+    _echo(log)  # warnings of a unit that compiled
     driver_obj, log = emulator.compile_unit(driver, echo=True)
     runtime, _ = emulator.build_runtime(True)
     if driver_obj is None or runtime is None:
@@ -146,9 +168,10 @@ def _call(target, header: dict, payloads: list[bytes]):
     if bad is not None:
         raise CompileError(f"你的代码定义了全局符号 {_demangle(bad)}，它属于测试程序、模拟器或 C/C++ "
                            "运行库；换个名字，或者把它声明为 static")
-    binary, _ = emulator.link([driver_obj, learner_obj], driver.stem, echo=True)
+    binary, log = emulator.link([driver_obj, learner_obj], driver.stem, echo=False)
     if binary is None:
-        raise CompileError(f"{driver.name} 链接失败（链接器的输出见下面的 stderr）")
+        raise CompileError(_with_log(f"{driver.name} 链接失败", log))
+    _echo(log)
     with tempfile.TemporaryFile() as case_input, tempfile.TemporaryFile() as data:
         case_input.write(payloads[0])
         case_input.flush()

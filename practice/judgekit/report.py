@@ -5,6 +5,7 @@ from __future__ import annotations
 from .exercises import Exercise, by_chapter
 from .progress import ExerciseStatus
 from .runner import VERDICTS, JudgeResult
+from .text import safe_text
 
 DETAIL_TITLES = [
     ("input", "输入"),
@@ -17,7 +18,7 @@ DETAIL_TITLES = [
 
 
 def _indent(text: str, pad: str = "    ") -> str:
-    return "\n".join(pad + line for line in str(text).splitlines())
+    return "\n".join(pad + line for line in safe_text(text).splitlines())
 
 
 def _width(text: str) -> int:
@@ -32,15 +33,30 @@ def sandbox_line(result: JudgeResult) -> str:
     if s.get("namespaces"):
         who += " · 独立的网络/挂载命名空间"
     lock = f"Landlock ABI {s['landlock_abi']}" if s.get("landlock_abi") else "无 Landlock"
-    return (f"沙箱：{who} · {lock} · seccomp · 每个用例 CPU {s['cpu_s']:g} s · 内存 {s['memory_mb']} MB · "
+    return (f"沙箱：{who} · {lock} · seccomp · 每个用例 CPU {s['cpu_s']:g} s（{_cpu_how(s)}）· "
+            f"墙钟 {s.get('wall_s', 0):g} s · 内存 {s['memory_mb']} MB（{_memory_how(s)}）· "
             f"进程 {s['max_processes']} · 单个文件 {s['output_mb']} MB")
+
+
+def _cpu_how(s: dict) -> str:
+    how = s.get("cpu_accounting", "proc")
+    if how.startswith("cgroup"):
+        return f"{how}，统计全部进程"
+    return "按进程树估计，不含被内核自动回收的子进程；墙钟时间兜底"
+
+
+def _memory_how(s: dict) -> str:
+    how = s.get("memory_accounting", "rlimit_as")
+    if how.startswith("cgroup"):
+        return f"{how}，全部进程合计"
+    return "RLIMIT_AS，每个进程分别计"
 
 
 def format_result(result: JudgeResult, source_name: str = "") -> str:
     ex = result.exercise
     lines = [f"{ex.label} · 第 {ex.chapter} 章"]
     if source_name:
-        lines.append(f"文件：{source_name}")
+        lines.append(f"文件：{safe_text(source_name)}")
     if sandbox_line(result):
         lines.append(sandbox_line(result))
     lines.append("")
@@ -48,7 +64,8 @@ def format_result(result: JudgeResult, source_name: str = "") -> str:
     width = max((_width(n) for n in names), default=0)
     for case, name in zip(result.cases, names):
         time = f"{case.cpu_s:.3f}s" if isinstance(case.cpu_s, (int, float)) else ""
-        first_line = case.message.splitlines()[0] if case.message else ""
+        message = safe_text(case.message)
+        first_line = message.splitlines()[0] if message else ""
         note = f"  {first_line}" if case.verdict != "AC" and first_line else ""
         if len(note) > 90:
             note = note[:90] + "…"
@@ -57,7 +74,7 @@ def format_result(result: JudgeResult, source_name: str = "") -> str:
     if failure is not None:
         lines += ["", f"第一个未通过的用例：#{failure.index + 1} {failure.name}",
                   f"  结论：{failure.verdict}（{VERDICTS[failure.verdict]}）"
-                  + failure.message.replace("\n", "\n    ")]
+                  + safe_text(failure.message).replace("\n", "\n    ")]
         for key, title in DETAIL_TITLES:
             if failure.details.get(key):
                 lines += [f"  {title}：", _indent(failure.details[key])]

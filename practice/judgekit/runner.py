@@ -10,14 +10,21 @@ The run folder (a fresh temp dir, owned by the judge's user, mode 0711) holds
     harness/     the harness scripts the sandbox runs, and (CUDA) the test programs: read-only
     job.bin      the cases' inputs; the harness gets it as an open descriptor, never by path
     stdout.txt, stderr.txt, results/, report.json: written by the supervisor only
-Only sample cases (visible=True) show their input, expected output and the program's output; a
-hidden case shows its verdict and a short reason written by the judge, never learner-controlled
-text, so that nothing about its data can be harvested from the verdict page.
+The run's control groups (cgroup.py: CPU time and memory of every process of the sandbox) are
+made before the supervisor starts and removed, with everything still in them, after it ended.
+
+Only sample cases (visible=True) show their input, expected output, the program's output, its
+CPU time and its memory peak; a hidden case shows its verdict and a fixed reason written by the
+judge: no time, no memory figure, no exception name, nothing learner-controlled, so that nothing
+about its data can be harvested from the verdict page (a program could encode a hidden input in
+how long it runs or which exception it raises). Everything shown that a program produced is
+escaped (text.py: no terminal escape sequence or bidi override reaches a terminal or the page).
+Comparing the program's value with the expected one is learner data too: any exception there (an
+int too large for a float, a value nested too deep) is a WA with a message, never a crash.
 """
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import pwd
@@ -33,9 +40,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import codec, frames
+from . import cgroup, codec, frames
 from .compare import compare, compare_bytes, describe
 from .exercises import PRACTICE, Exercise
+from .text import safe_text
 
 HERE = Path(__file__).resolve().parent
 REPO = PRACTICE.parent
@@ -349,8 +357,19 @@ def _exception_verdict(raw: dict) -> tuple[str, str]:
     return "RE", message
 
 
+def _memory_message(raw: dict) -> str:
+    text = "所有进程合计的内存超过了限制"
+    if isinstance(raw.get("limit_mb"), int):
+        text = f"所有进程合计的内存超过了 {raw['limit_mb']} MB 的限制"
+    if isinstance(raw.get("rss_mb"), (int, float)):
+        text += f"（峰值 {raw['rss_mb']:g} MB）"
+    return text + "，内核终止了其中的进程"
+
+
 def _crash_verdict(raw: dict, stderr: str) -> tuple[str, str]:
     status = raw.get("status")
+    if status == "mle":
+        return "MLE", _memory_message(raw)
     if status == "tle":
         return "TLE", "CPU 时间用完" if raw.get("reason") == "cpu" else "运行太久没有结束"
     if status == "output_limit":
@@ -392,19 +411,59 @@ HIDDEN_REASONS = {
 
 
 def _hidden_reason(out: CaseVerdict, raw: dict) -> str:
-    """What a hidden case may say: the verdict's reason in the judge's words, plus the name of a
-    built-in exception class (a learner-made class name could carry the case's data)."""
+    """What a hidden case may say: the verdict's reason in the judge's fixed words. Not even a
+    built-in exception's name: which exception a program raises is a choice it can make from
+    the case's data."""
     reason = "隐藏用例：" + HIDDEN_REASONS.get(out.verdict, VERDICTS[out.verdict])
-    types = raw.get("exc_types") or []
-    if out.verdict == "RE" and types and isinstance(getattr(builtins, str(types[0]), None), type):
-        reason += f"（{types[0]}）"
     if out.verdict == "TLE" and raw.get("status") == "skipped":
         reason += "（前面的用例超时，未运行）"
     return reason
 
 
+def check_value(lang, case, actual) -> tuple[str | None, str]:
+    """(what is wrong or None, the value as a failing sample case shows it). The value is the
+    learner's: comparing or describing it may raise anything (an int too large for a float, a
+    structure nested too deep for repr), and that is the learner's wrong answer, never an
+    exception in the judge."""
+    try:
+        problem = lang.check(case, actual)
+    except Exception as e:  # noqa: BLE001 - whatever the data makes the comparison raise
+        return f"返回值无法和期望的值比较（{type(e).__name__}）", ""
+    if not problem:
+        return None, ""
+    try:
+        shown = lang.shown(actual)
+    except Exception as e:  # noqa: BLE001
+        shown = f"（无法显示这个值：{type(e).__name__}）"
+    return str(problem), shown
+
+
+def _output_verdict(lang, case, results: Path, index: int) -> tuple[str | None, str]:
+    try:
+        actual = lang.output(results, index)
+    except Exception as e:  # noqa: BLE001 - malformed, too deep, too big: the learner's output
+        return f"读不出输出：{type(e).__name__}: {str(e)[:300]}", ""
+    return check_value(lang, case, actual)
+
+
 def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run: Path,
              time_limit: float) -> CaseVerdict:
+    """The case's verdict, everything shown escaped; a bug met on the way is SE for this case,
+    not a crash of the judge."""
+    try:
+        out = _raw_verdict(lang, ex, case, index, raw, startup, run, time_limit)
+    except Exception as e:  # noqa: BLE001
+        out = CaseVerdict(index=index, name=case.name, visible=case.visible, verdict="SE",
+                          message=f"评测机处理这个用例时出错：{type(e).__name__}")
+    if not case.visible:  # neither time nor memory: both can carry a hidden case's data
+        out.cpu_s = out.rss_mb = None
+    out.message = safe_text(out.message)
+    out.details = {key: safe_text(value) for key, value in out.details.items()}
+    return out
+
+
+def _raw_verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run: Path,
+                 time_limit: float) -> CaseVerdict:
     out = CaseVerdict(index=index, name=case.name, visible=case.visible, verdict="AC",
                       cpu_s=raw.get("cpu_s"), rss_mb=raw.get("rss_mb"))
     stdout = _segment(run, "stdout.txt", raw.get("out_start"), raw.get("out_end"))
@@ -420,23 +479,20 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run
         if len(lines) > 1:
             out.details["traceback"] = text
     elif status == "ok":
-        try:
-            actual = lang.output(run / "results", index)
-        except Exception as e:
-            out.verdict, out.message = "WA", f"读不出输出：{e}"
-        else:
-            problem = lang.check(case, actual)
-            if problem:
-                out.verdict, out.message = "WA", problem
-                out.details["actual"] = lang.shown(actual)
+        problem, shown = _output_verdict(lang, case, run / "results", index)
+        if problem:
+            out.verdict, out.message = "WA", problem
+            if shown:
+                out.details["actual"] = shown
     elif status == "exception":
         if case.raises and case.raises in (raw.get("exc_types") or []) and not _is_memory_error(raw):
             out.verdict = "AC"
         else:
             out.verdict, out.message = _exception_verdict(raw)
-            out.details["actual"] = f"抛出了异常 {raw.get('message', '')}"
-            if raw.get("traceback"):
-                out.details["traceback"] = str(raw["traceback"])
+            if out.verdict != "CE":  # a compile error's message is the compiler's output
+                out.details["actual"] = f"抛出了异常 {raw.get('message', '')}"
+                if raw.get("traceback"):
+                    out.details["traceback"] = str(raw["traceback"])
     elif status == "bad_output":
         out.verdict, out.message = "WA", str(raw.get("message"))
     else:
@@ -478,7 +534,7 @@ def _verdict(lang, ex: Exercise, case, index: int, raw: dict, startup: dict, run
 
 # ---- the run -----------------------------------------------------------------------------------
 _active: dict[int, subprocess.Popen] = {}  # supervisors running now, by pid
-_runs: set[Path] = set()  # run folders not yet removed
+_runs: dict[Path, cgroup.RunGroups] = {}  # run folders not yet removed, and their groups
 _active_lock = threading.Lock()
 
 
@@ -497,10 +553,11 @@ def stop_all() -> None:
     """Stop every supervisor this process started and remove every run folder (for a server
     going down: the threads that judge are daemons and will not reach their own clean-up)."""
     with _active_lock:
-        running, folders = list(_active.values()), list(_runs)
+        running, folders = list(_active.values()), list(_runs.items())
     for proc in running:
         _stop(proc)
-    for folder in folders:
+    for folder, groups in folders:
+        cgroup.remove(groups)
         _remove(folder)
 
 
@@ -562,8 +619,9 @@ def _judge_in_order(ex: Exercise, lang, source: str, cases: list, time_limit_s: 
     memory = int(memory_mb or ex.memory_mb)
     root = os.geteuid() == 0
     run = Path(tempfile.mkdtemp(prefix="minisgl-judge-"))
+    groups = cgroup.RunGroups(memory_bytes=memory << 20, note="not made yet")
     with _active_lock:
-        _runs.add(run)
+        _runs[run] = groups
     try:
         os.chmod(run, 0o711)  # the sandbox may pass through to box/ and harness/, nothing more
         box, harness, results = run / "box", run / "harness", run / "results"
@@ -609,6 +667,10 @@ def _judge_in_order(ex: Exercise, lang, source: str, cases: list, time_limit_s: 
             "nproc": nproc, "uid": uid, "read_dirs": _read_dirs(lang, harness), "landlock": True,
             "max_timeouts": MAX_TIMEOUTS,
         }
+        groups = cgroup.create(memory << 20)
+        with _active_lock:
+            _runs[run] = groups
+        spec["cgroups"] = groups.to_json()
         spec_path = run / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         overall = (STARTUP_S + case_wall + 5) * (len(cases) + 1)
@@ -616,7 +678,7 @@ def _judge_in_order(ex: Exercise, lang, source: str, cases: list, time_limit_s: 
         try:
             report = json.loads((run / "report.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            message = f"沙箱监督进程异常退出（{code}）：{log}"
+            message = safe_text(f"沙箱监督进程异常退出（{code}）：{log}")
             verdicts = [CaseVerdict(i, c.name, c.visible, "SE", message) for i, c in enumerate(cases)]
             return JudgeResult(ex, verdicts, {}, time.monotonic() - began, message)
 
@@ -627,28 +689,93 @@ def _judge_in_order(ex: Exercise, lang, source: str, cases: list, time_limit_s: 
         sandbox = {
             "uid": uid, "namespaces": uid is not None,
             "landlock_abi": report["landlock_abi"], "cpu_s": time_limit, "memory_mb": memory,
-            "max_processes": ex.max_processes, "output_mb": ex.output_mb,
+            "wall_s": case_wall, "max_processes": ex.max_processes, "output_mb": ex.output_mb,
             "programs": report["programs"], "stray_killed": report["stray_killed"],
+            "cpu_accounting": report.get("cpu_accounting", "proc"),
+            "memory_accounting": report.get("memory_accounting", "rlimit_as"),
+            "cgroup_note": groups.note,
         }
         message = ""
         if report["startup"].get("status") != "ok" and verdicts:
             message = verdicts[0].message
         return JudgeResult(ex, verdicts, sandbox, time.monotonic() - began, message)
     finally:
+        cgroup.remove(groups)  # kills whatever is still inside, even if the supervisor died
         _remove(run)
         with _active_lock:
-            _runs.discard(run)
+            _runs.pop(run, None)
 
 
 def _remove(folder: Path) -> None:
-    """Delete the run's folder, even if the learner's program made parts of it unreadable."""
+    """Delete the run's folder, whatever the learner's program left in it; never raises.
+
+    The program may leave any tree the sandbox let it make: a chain of folders thousands deep
+    (shutil.rmtree recurses once per level and dies of RecursionError; its paths outgrow
+    PATH_MAX), 10^5 files, symlink loops, FIFOs, folders without any permission. So the folder
+    is flattened instead of walked: each folder met is emptied by moving its subfolders up into
+    the run folder and unlinking everything else, then removed. No recursion, no path longer than
+    one name, two descriptors open at a time, nothing followed. Nothing runs in the sandbox any
+    more when this is called (the supervisor and the groups killed it all), so nothing moves
+    while it works."""
     try:
-        shutil.rmtree(folder)
-    except OSError:
-        for path, dirs, _ in os.walk(folder):
-            for d in dirs:
+        _flatten_and_remove(folder)
+    except Exception:  # noqa: BLE001 - still try the slow way below; never crash the judge
+        pass
+    if os.path.lexists(folder):
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        except Exception:  # noqa: BLE001 - RecursionError is not an OSError
+            pass
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_dir(name: str, dir_fd: int) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:  # a folder the program made unreadable (matters when not root)
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _entries(fd: int) -> list[tuple[str, bool]]:
+    """(name, is a real folder) of every entry; a symlink to a folder is not a folder."""
+    with os.scandir(fd) as it:
+        return [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+
+
+def _flatten_and_remove(folder: Path) -> None:
+    top = os.open(folder, _DIR_FLAGS)
+    moved = 0
+    try:
+        os.fchmod(top, 0o700)
+        while True:
+            entries = _entries(top)
+            if not entries:
+                break
+            for name, is_dir in entries:
+                if not is_dir:
+                    os.unlink(name, dir_fd=top)
+                    continue
+                fd = _open_dir(name, top)
                 try:
-                    os.chmod(os.path.join(path, d), 0o700)
-                except OSError:
-                    pass
-        shutil.rmtree(folder, ignore_errors=True)
+                    os.fchmod(fd, 0o700)  # so that its entries can be unlinked and moved
+                    for child, child_is_dir in _entries(fd):
+                        if not child_is_dir:
+                            os.unlink(child, dir_fd=fd)
+                            continue
+                        while True:  # a name free in the run folder (nothing else writes there)
+                            moved += 1
+                            new = f".judge-rm-{moved}"
+                            try:
+                                os.lstat(new, dir_fd=top)
+                            except FileNotFoundError:
+                                break
+                        os.rename(child, new, src_dir_fd=fd, dst_dir_fd=top)
+                finally:
+                    os.close(fd)
+                os.rmdir(name, dir_fd=top)
+    finally:
+        os.close(top)
+    os.rmdir(folder)

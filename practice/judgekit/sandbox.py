@@ -12,12 +12,20 @@ as open descriptors. It
 * starts the harness (harness_py.py) in its own session, as an unprivileged per-run uid with no
   capabilities when running as root, in fresh mount/network/IPC/UTS namespaces, with rlimits,
   Landlock and a seccomp filter applied just before exec;
+* moves the program, before exec, into the run's control groups (cgroup.py; made by the judge):
+  the kernel then counts the CPU time of every process the program ever starts, even children
+  that exit unseen and are reaped by the kernel (SIGCHLD ignored), and limits the memory of all
+  of them together;
 * reads the harness's messages from a pipe ("ready", "start" i, "end" i + the output, "lost",
   "finish"), writes each case's output into the results folder, and enforces per case a CPU
-  limit and a wall-clock deadline itself: CPU time is the whole process tree's, read from /proc
-  and from this process's reaped children, never a number the program reports; when the program
-  crashes or overruns on case i, case i gets its verdict and a fresh program starts at case i + 1;
-* kills and reaps the whole process tree after each program, and writes a JSON report.
+  limit, a memory limit and a wall-clock deadline itself: CPU time is the control group's (or,
+  where no group could be made, the process tree's, read from /proc and from this process's
+  reaped children), never a number the program reports; a case during which the kernel killed a
+  process for the group's memory limit is MLE; the wall-clock deadline always applies; when the
+  program crashes or overruns on case i, case i gets its verdict and a fresh program starts at
+  case i + 1;
+* kills and reaps the whole process tree (and everything in the groups) after each program, and
+  writes a JSON report.
 
 It never looks at what the learner's outputs mean: the judge compares them, in its own process.
 """
@@ -34,6 +42,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cgroup  # noqa: E402
 import frames  # noqa: E402
 import linux  # noqa: E402
 import seccomp  # noqa: E402
@@ -62,6 +71,9 @@ class Supervisor:
         self.stray_killed = 0
         self.programs = 0
         self.landlock = linux.landlock_abi() if spec.get("landlock", True) else 0
+        self.groups = cgroup.RunGroups.from_json(spec.get("cgroups"))
+        self.meter = cgroup.Meter(self.groups)
+        self.join_fds = self.meter.join_fds()
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _OPEN_FLAGS
         self.out_fd = os.open(spec["stdout"], flags, 0o600)
         self.err_fd = os.open(spec["stderr"], flags, 0o600)
@@ -90,10 +102,26 @@ class Supervisor:
         return found
 
     def tree_cpu(self) -> float:
-        """CPU seconds used so far by everything this supervisor started: live processes (with
-        the children they reaped) plus the processes this one reaped."""
+        """CPU seconds used so far by everything this supervisor started: the control group's
+        count when there is one; else live processes (with the children they reaped) plus the
+        processes this one reaped, which misses children reaped by the kernel."""
+        counted = self.meter.cpu_s()
+        if counted is not None:
+            return counted
         own = resource.getrusage(resource.RUSAGE_CHILDREN)
         return sum(t for _, _, t in self._descendants()) / _TICK + own.ru_utime + own.ru_stime
+
+    def peak_mb(self) -> float:
+        """The memory peak since the last reset: of the whole group, or else the largest
+        resident set of any one process now alive."""
+        peak = self.meter.peak_bytes()
+        if peak is not None:
+            return round(peak / (1 << 20), 1)
+        return self.tree_rss_mb()
+
+    def group_peak_mb(self) -> float | None:
+        """The group's peak; None without a memory group (the processes are gone by now)."""
+        return self.peak_mb() if self.groups.memory is not None else None
 
     def tree_rss_mb(self) -> float:
         peak = 0
@@ -117,11 +145,14 @@ class Supervisor:
         return live
 
     def _clean_tree(self, main_pid: int, signalled: set[int]) -> int:
-        """Kill and reap everything below us; return how many processes besides main_pid were
-        alive (counting `signalled`, those already killed). Call after main_pid was waited for."""
+        """Kill and reap everything below us and everything in the run's groups; return how
+        many processes besides main_pid were alive (counting `signalled`, those already
+        killed). Call after main_pid was waited for."""
         deadline = time.monotonic() + 10
         strays = signalled - {main_pid}
         while True:
+            strays |= set(self.meter.members()) - {main_pid}
+            self.meter.kill_all()
             strays |= self._signal_tree() - {main_pid}
             while True:
                 try:
@@ -130,13 +161,16 @@ class Supervisor:
                     break
                 if pid == 0:
                     break
-            if not self._descendants() or time.monotonic() > deadline:
+            if (not self._descendants() and not self.meter.members()) \
+                    or time.monotonic() > deadline:
                 return len(strays)
             time.sleep(0.005)
 
     # ---- one program --------------------------------------------------------------------------
     def _preexec(self) -> None:
         spec = self.spec
+        for fd in self.join_fds:  # first, while still root: everything it starts stays inside
+            os.write(fd, str(os.getpid()).encode())
         cpu_hard = int(spec["cpu_total_s"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_hard, cpu_hard + 1))
         resource.setrlimit(resource.RLIMIT_AS, (spec["as_bytes"], spec["as_bytes"]))
@@ -197,6 +231,8 @@ class Supervisor:
 
         if next_case >= self.n:
             return self.n
+        if run.over_memory():  # the kernel killed a process of the group: that is the cause
+            failure = run.memory_failure()
         if failure is None:
             failure = run.lost or _exit_failure(returncode, killed_by_us)
         if current is None:
@@ -210,7 +246,8 @@ class Supervisor:
             self.results[current] = {"status": "running", **run.offsets()}
         elapsed = time.monotonic() - case_start if case_start is not None else None
         self.results[current] = {**self.results[current], **failure, "wall_s": elapsed,
-                                 "strays": strays, **run.ends(), "cpu_s": run.case_cpu()}
+                                 "strays": strays, **run.ends(), "cpu_s": run.case_cpu(),
+                                 "rss_mb": self.group_peak_mb()}
         return current + 1
 
     def _save_output(self, case: int, payloads: list[bytes]) -> None:
@@ -235,6 +272,8 @@ class Supervisor:
             "programs": self.programs,
             "stray_killed": self.stray_killed,
             "landlock_abi": self.landlock,
+            "cpu_accounting": self.groups.cpu_accounting,
+            "memory_accounting": self.groups.memory_accounting,
         }
 
 
@@ -254,7 +293,8 @@ class _ProgramRun:
         self.deadline = time.monotonic() + float(supervisor.spec["startup_wall_s"])
         self.cpu_limit = float(supervisor.spec["startup_cpu_s"])
         self.cpu_base = supervisor.tree_cpu()
-        self.cpu_used = 0.0
+        self.oom_base = supervisor.meter.oom_kills()
+        supervisor.meter.reset_peak()
 
     def offsets(self) -> dict:
         sizes = self.sup._sizes()
@@ -269,8 +309,19 @@ class _ProgramRun:
         program did between cases counts towards the next case."""
         return round(self.sup.tree_cpu() - self.cpu_base, 3)
 
+    def over_memory(self) -> bool:
+        """Did the kernel kill a process of the group for its memory limit since the case (or
+        the program) began?"""
+        return self.sup.meter.oom_kills() > self.oom_base
+
+    def memory_failure(self) -> dict:
+        return {"status": "mle", "rss_mb": self.sup.group_peak_mb(),
+                "limit_mb": self.sup.groups.memory_bytes >> 20}
+
     def check_limits(self) -> None:
-        if time.monotonic() > self.deadline:
+        if self.over_memory():
+            self.failure = self.memory_failure()
+        elif time.monotonic() > self.deadline:
             self.failure = {"status": "tle", "reason": "wall"}
         elif self.case_cpu() > self.cpu_limit + CPU_SLACK_S:
             self.failure = {"status": "tle", "reason": "cpu"}
@@ -315,7 +366,9 @@ class _ProgramRun:
         elif kind == "end" and self.current is not None and event.get("case") == self.current:
             result = {**sup.results[self.current], **_clean(event), **self.ends(),
                       **_sizes(event, "end"), "cpu_s": self.case_cpu(),
-                      "rss_mb": sup.tree_rss_mb()}
+                      "rss_mb": sup.peak_mb()}
+            if self.over_memory():  # a process of the group was killed, even if not this one
+                result = {**result, **self.memory_failure()}
             if result.get("status") == "ok":
                 if len(payloads) != 2:
                     result = {**result, "status": "crashed", "message": "评测通道出错：没有输出"}
@@ -331,6 +384,8 @@ class _ProgramRun:
         self.deadline = time.monotonic() + case_wall
         self.cpu_base = self.sup.tree_cpu()
         self.cpu_limit = float(self.sup.spec["case_cpu_s"])
+        self.oom_base = self.sup.meter.oom_kills()
+        self.sup.meter.reset_peak()
 
 
 _EVENT_KEYS = ("status", "exc_types", "exc_errno", "message", "traceback", "kind", "import_s")
@@ -390,6 +445,8 @@ def main() -> None:
     except Terminated:
         supervisor._clean_tree(-1, supervisor._signal_tree())
         raise SystemExit(1) from None
+    finally:
+        supervisor.meter.close()
     tmp = spec["report"] + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -32,6 +32,7 @@ from . import progress
 from .exercises import Exercise, by_chapter, chapter_titles, find_exercise
 from .report import exercise_json, sandbox_line
 from .runner import VERDICTS, judge, stop_all
+from .text import safe_json
 
 STATIC = Path(__file__).resolve().parent / "static"
 CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
@@ -183,10 +184,14 @@ class Handler(BaseHTTPRequestHandler):
         path = ex.workspace_file(create=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code, encoding="utf-8")
-        with _judge_lock:
-            result = judge(ex, code)
+        try:
+            with _judge_lock:
+                result = judge(ex, code)
+        except Exception as e:  # noqa: BLE001 - the judge's own failure: an answer, not a hang-up
+            return self._error(HTTPStatus.INTERNAL_SERVER_ERROR,
+                               f"评测机出错：{type(e).__name__}")
         progress.record(ex.id, [c.verdict for c in result.cases], code, "web")
-        data = result.to_json()
+        data = safe_json(result.to_json())  # program output, escaped (runner does it; again here)
         data["summary"] = f"结果：{result.passed}/{len(result.cases)} 通过"
         data["sandbox_line"] = sandbox_line(result)
         data["ever_passed"] = ex.id in progress.passed_ids()
