@@ -20,7 +20,9 @@ def step(engine: Engine, req: Req, phase: str) -> int:
     batch.positions = torch.arange(req.cached_len, req.seq_len)
     batch.input_ids = torch.tensor(req.input_ids[req.cached_len : req.seq_len])
     batch.out_loc = engine.page_table[req.table_idx, batch.positions].long()
-    return int(engine.forward_batch(batch)[0])
+    # tolist() works on what both engines return: chapter 7's a tensor of tokens, chapter
+    # 16's a ForwardOutput whose tokens reach the host later (tolist waits for them).
+    return engine.forward_batch(batch).tolist()[0]
 
 
 def main() -> None:

@@ -206,10 +206,18 @@ class RunningServer:
     def post(self, path: str, body: bytes | dict) -> tuple[int, object]:
         return self.request("POST", path, body)
 
-    def health(self) -> dict:
-        status, body = self.get("/health")
-        assert status == 200, body
-        return body  # type: ignore[return-value]
+    def health(self, timeout: float = 60.0) -> dict:
+        """/health's numbers as they are now. While the scheduler is in the middle of a step,
+        /health answers with the numbers it had before (`stats_age_s` says how old they are):
+        ask again until they are fresh."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.get("/health")
+            assert status == 200, body
+            if body.get("stats_age_s", 0) < 0.1:  # type: ignore[union-attr]
+                return body  # type: ignore[return-value]
+            assert time.monotonic() < deadline, f"/health never fresh: {body}"
+            time.sleep(0.05)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

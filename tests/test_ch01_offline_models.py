@@ -258,3 +258,68 @@ def test_qwen3_config_loads_in_transformers(qwen3_dir):
 
     cfg = AutoConfig.from_pretrained(qwen3_dir)
     assert cfg.model_type == "qwen3" and cfg.num_hidden_layers == 28 and cfg.head_dim == 128
+
+
+# A long build step (dequantising SmolLM2 took 36 s on a busy 2-core machine) redraws its bar
+# while it runs, so a first start-up never goes quiet. The step waits for the redraws itself.
+class _Stream:
+    """sys.stderr stand-in that counts what tqdm writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def progress(monkeypatch):
+    stream = _Stream()
+    monkeypatch.setattr("sys.stderr", stream)
+    monkeypatch.setattr(offline._Progress, "TICK_S", 0.05, raising=False)
+    bar = offline._Progress("preparing a model", steps=2)
+    yield bar, stream
+    bar.bar.close()
+
+
+def test_a_long_step_redraws_its_bar_while_it_runs(progress):
+    bar, stream = progress
+    with bar.step("load and dequantise"):
+        before = len(stream.writes)
+        _wait_for(lambda: len(stream.writes) >= before + 3, "the bar stayed still during the step")
+    assert "load and dequantise" in stream.writes[-1]
+
+
+def test_the_redraws_stop_with_the_step(progress):
+    bar, stream = progress
+    with bar.step("extract GGUF"):
+        pass
+    assert not [t for t in threading.enumerate() if t.name == "minisgl-progress-tick"]
+    with bar.step("save safetensors"):  # and start again with the next one
+        before = len(stream.writes)
+        _wait_for(lambda: len(stream.writes) >= before + 2, "the second step's bar stayed still")
+    assert not [t for t in threading.enumerate() if t.name == "minisgl-progress-tick"]
+
+
+def test_a_failing_step_stops_redrawing_and_shows_what_it_wrote(progress):
+    bar, stream = progress
+    with pytest.raises(RuntimeError, match="corrupt"), bar.step("load and dequantise"):
+        before = len(stream.writes)
+        _wait_for(lambda: len(stream.writes) >= before + 2, "the bar stayed still")
+        import sys
+
+        print("transformers: bad tensor", file=sys.stderr)  # held back, shown on failure
+        raise RuntimeError("corrupt")
+    assert not [t for t in threading.enumerate() if t.name == "minisgl-progress-tick"]
+    assert "transformers: bad tensor" in "".join(stream.writes)

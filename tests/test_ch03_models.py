@@ -131,3 +131,58 @@ def test_missing_weights_and_missing_files_are_clear_errors(tmp_path):
         load_model(tmp_path)
     with pytest.raises(MinisglError, match="no config.json"):
         load_model(tmp_path / "does-not-exist")
+
+
+# Loading says what it loads before it starts (the longest quiet stretch of a server's start-up)
+# and what it got when done.
+@pytest.fixture
+def weight_logs(monkeypatch):
+    import logging
+
+    from minisgl.models import weight
+
+    if hasattr(weight, "logger"):  # INFO, whatever an earlier test set
+        monkeypatch.setattr(weight.logger, "level", logging.INFO)
+
+
+def _lines(err: str, words: str) -> list[int]:
+    return [i for i, line in enumerate(err.splitlines()) if words in line]
+
+
+def test_loading_logs_files_and_size_before_and_parameters_after(smollm2_dir, weight_logs,
+                                                                  capfd):
+    load_model(smollm2_dir)
+    err = capfd.readouterr().err
+    size_mib = sum(f.stat().st_size for f in smollm2_dir.glob("*.safetensors")) / 2**20
+    start = _lines(err, f"loading weights: {smollm2_dir.name}, 1 safetensors file "
+                        f"({size_mib:.0f} MiB), as float32 on cpu ...")
+    done = _lines(err, "weights ready: 134.5M parameters in ")
+    assert len(start) == 1 and len(done) == 1 and start[0] < done[0], err
+
+
+def test_random_weights_log_the_same_two_lines(tmp_path, weight_logs, capfd):
+    save_random_hf_model(tmp_path, "qwen3", "Qwen3ForCausalLM", tie_word_embeddings=True,
+                         head_dim=16)
+    model = load_model(tmp_path, dummy_weight=True, dtype=torch.bfloat16)
+    count = sum(t.numel() for _, t in model.named_weights())
+    err = capfd.readouterr().err
+    start = _lines(err, f"random weights (--dummy-weight) for {tmp_path.name}, bfloat16 on cpu")
+    done = _lines(err, f"weights ready: {count / 1e6:.1f}M parameters")
+    assert len(start) == 1 and len(done) == 1 and start[0] < done[0], err
+
+
+def test_the_first_line_is_out_before_the_checkpoint_is_read(tmp_path, monkeypatch,
+                                                             weight_logs, capfd):
+    from minisgl.models import weight
+
+    save_random_hf_model(tmp_path, "llama", "LlamaForCausalLM")
+    seen: list[str] = []
+
+    def reading(*args, **kwargs):
+        seen.append(capfd.readouterr().err)  # what was on stderr when the reading began
+        raise MinisglError("stop here")
+
+    monkeypatch.setattr(weight, "load_hf_weights", reading)
+    with pytest.raises(MinisglError, match="stop here"):
+        load_model(tmp_path)
+    assert len(seen) == 1 and "loading weights: " in seen[0], seen

@@ -62,3 +62,25 @@ def test_pool_is_sized_from_the_byte_budget(smollm2_dir):
     per_token = 2 * 30 * 3 * 64 * 4  # K and V, 30 layers, 3 KV heads, head_dim 64, fp32
     assert eng.num_pages == (64 << 20) // (per_token * 16)
     eng.shutdown()
+
+
+def test_the_kv_pool_is_announced_before_it_is_allocated(smollm2_dir, monkeypatch, capfd):
+    """A large pool takes seconds to allocate: its line comes first, "engine ready" after."""
+    import logging
+
+    from minisgl.engine import engine as engine_module
+
+    monkeypatch.setattr(engine_module.logger, "level", logging.INFO)
+    made = engine_module.MHAKVCache
+    seen: list[str] = []
+
+    def allocate(*args, **kwargs):
+        seen.append(capfd.readouterr().err)
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "MHAKVCache", allocate)
+    eng = Engine(EngineConfig(model_path=str(smollm2_dir), num_pages=32, page_size=4,
+                              max_running_reqs=1))
+    eng.shutdown()
+    assert len(seen) == 1 and "allocating the KV pool: 32 pages x 4 tokens" in seen[0], seen
+    assert "engine ready" in capfd.readouterr().err

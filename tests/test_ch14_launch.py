@@ -166,6 +166,8 @@ def test_port_in_use_is_one_clear_error_before_loading(smollm2_dir):
     # <<< ch17
     (["--num-tokenizer", "0"], "num_tokenizer must be >= 1", 2),
     (["--max-body-bytes", "0"], "max_body_bytes must be >= 1", 2),
+    (["--body-timeout", "0"], "body_timeout must be finite and > 0 seconds", 2),
+    (["--body-timeout", "nan"], "body_timeout must be finite and > 0 seconds", 2),
     (["--device", "warp-drive"], "--device warp-drive: not a device name", 2),
     (["--device", "mps"], "only cuda and cpu are supported", 2),
 ])

@@ -9,6 +9,9 @@ import pytest
 
 from minisgl.server.guard import is_json, loopback_hosts
 from minisgl.server.protocol import (
+    MAX_MESSAGES,
+    MAX_STOP_CHARS,
+    MAX_STOPS,
     ApiError,
     ChatCompletionRequest,
     CompletionRequest,
@@ -171,3 +174,35 @@ def test_a_temperature_too_small_to_divide_by_is_sent_as_greedy():
         assert params.temperature == 0.0 and params.is_greedy
     kept = parse_body(CompletionRequest, b'{"prompt": "x", "temperature": 0.5}').sampling_params(4)
     assert kept.temperature == 0.5
+
+
+def test_counts_are_bounded_before_any_work_that_grows_with_them():
+    """Stop strings (number and length), chat messages and prompt ids (at least the context
+    is refused by its count, before the ids are looked at): 400 naming the field; the bounds
+    themselves pass."""
+    rng = random.Random()
+    context = rng.randrange(64, 4096)
+    limits = RequestLimits(50_000, context)
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+
+    def refused(cls, body: dict, param: str) -> ApiError:
+        with pytest.raises(ApiError) as e:
+            parse_body(cls, json.dumps(body).encode(), limits)
+        assert e.value.status == 400 and e.value.body["error"]["param"] == param, e.value.body
+        return e.value
+
+    refused(ChatCompletionRequest, {**chat, "stop": ["ab"] * (MAX_STOPS + 1)}, "stop")
+    refused(CompletionRequest, {"prompt": "x", "stop": "s" * (MAX_STOP_CHARS + 1)}, "stop")
+    refused(GenerateRequest, {"text": "x", "sampling_params": {
+        "stop": ["a", "b" * (MAX_STOP_CHARS + 1)]}}, "sampling_params.stop")
+    refused(ChatCompletionRequest, {"messages": chat["messages"] * (MAX_MESSAGES + 1)},
+            "messages")
+    # the count wins over an id outside the vocabulary further on
+    for ids in ([1] * context, [1] * (context - 1) + [1 << 40], [7] * (context * 50)):
+        error = refused(CompletionRequest, {"prompt": ids}, "prompt")
+        assert error.body["error"]["code"] == "context_length_exceeded"
+        refused(GenerateRequest, {"input_ids": ids}, "input_ids")
+    parse_body(ChatCompletionRequest, json.dumps({
+        "messages": chat["messages"] * MAX_MESSAGES,
+        "stop": ["\n" * MAX_STOP_CHARS] * MAX_STOPS}).encode(), limits)
+    parse_body(CompletionRequest, json.dumps({"prompt": [5] * (context - 1)}).encode(), limits)

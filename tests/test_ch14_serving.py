@@ -160,10 +160,12 @@ UNSUPPORTED = [  # (path, body, the field the 400 must name)
     *[("/generate", {**GEN, **extra}, name) for name, extra in [
         ("max_tokens", {"max_tokens": 3}), ("temperature", {"temperature": 0}),
         ("return_logprob", {"return_logprob": True}), ("rid", {"rid": "abc"}),
-        ("text", {"text": ["a", "b"]}), ("input_ids.0", {"text": None, "input_ids": [[1, 2]]}),
+        ("text", {"text": [1, 2]}), ("input_ids", {"text": None, "input_ids": [["1"]]}),
         ("sampling_params.max_tokens", {"sampling_params": {"max_tokens": 2}}),
         # >>> before ch16
         # ("sampling_params.n", {"sampling_params": {"n": 2}}),
+        # ("text", {"text": ["a", "b"]}),  # a batch of prompts: chapter 16
+        # ("input_ids", {"text": None, "input_ids": [[1, 2]]}),
         # <<< before ch16
         ("sampling_params.regex", {"sampling_params": {"regex": "a+"}}),
         ("sampling_params.json_schema", {"sampling_params": {"json_schema": "{}"}}),
@@ -414,6 +416,22 @@ def test_benchmark_pure_parts():
                 ["--input-len", "0"]):
         with pytest.raises(SystemExit):
             bench.check_args(bench.build_parser().parse_args(bad))
+
+
+SYNTHETIC = "no ShareGPT data is downloaded or read"
+
+
+def test_benchmark_help_says_sharegpt_lengths_are_synthetic():
+    # the learner's question: does --dataset sharegpt need (or use) the ShareGPT data?
+    text = " ".join(bench.build_parser().format_help().split())
+    assert SYNTHETIC in text and "log-normal" in text
+
+
+def test_benchmark_help_on_the_command_line_says_so_too():
+    out = subprocess.run([sys.executable, "-m", "minisgl.benchmark.serving", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert SYNTHETIC in " ".join(out.stdout.split())
 
 
 def test_online_benchmark_names_a_refused_key(server):

@@ -7,6 +7,7 @@ path as the reference, so each answer must equal LLM.generate on the chat so far
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pexpect
@@ -17,6 +18,7 @@ from minisgl.llm import LLM
 
 MAX_TOKENS = 24
 PROMPT = ">>> "
+INFO_LINE = " INFO] "  # how a log line at INFO reads (utils/logger.py's format)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +48,7 @@ def test_shell_answers_keeps_history_and_resets(smollm2_dir, llm):
                           env=env, encoding="utf-8", timeout=300, dimensions=(50, 400))
     try:
         shell.expect_exact(PROMPT, timeout=300)
+        assert INFO_LINE not in shell.before  # the shell logs at WARNING (see --help)
         q1, q2 = "What is the capital of France?", "What did I just ask you?"
         a1 = ask(shell, q1)
         assert a1 == answer(llm, [{"role": "user", "content": q1}])
@@ -61,9 +64,41 @@ def test_shell_answers_keeps_history_and_resets(smollm2_dir, llm):
         assert "unknown command" in ask(shell, "/nonsense")
         shell.sendline("/exit")
         shell.expect(pexpect.EOF, timeout=60)
+        assert INFO_LINE not in shell.before  # nor on the way out ("server stopped")
     finally:
         shell.close(force=True)
     assert shell.exitstatus == 0
+
+
+def test_shell_started_as_the_readme_says_prints_no_info_line(smollm2_dir):
+    """`python -m minisgl --shell` with no model, `/exit` piped in: the default model's
+    fallback line, the workers' and the launcher's INFO lines all stay out of the terminal."""
+    env = {k: v for k, v in os.environ.items() if k != "MINISGL_LOG_LEVEL"}
+    env["MINISGL_OFFLINE"] = "1"  # the fallback to the bundled SmolLM2 (smollm2_dir), no hub
+    done = subprocess.run([sys.executable, "-m", "minisgl", "--shell", "--num-pages", "256"],
+                          input="/exit\n", capture_output=True, text=True, env=env, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert PROMPT in done.stdout, out[-3000:]  # it reached the prompt, then left
+    assert INFO_LINE not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("argv, environ, level", [
+    (["--shell"], {}, "WARNING"),
+    (["--shell-mode", "--port", "1"], {}, "WARNING"),
+    (["--model", "m", "--shell", "--num-pages", "8"], {"MINISGL_LOG_LEVEL": ""}, "WARNING"),
+    (["--shell", "--log-level", "info"], {}, None),  # asked for: kept
+    (["--shell"], {"MINISGL_LOG_LEVEL": "INFO"}, None),  # the environment's choice: kept
+    ([], {}, None),  # the server logs at INFO
+    (["--help"], {}, None),  # left to the real parse, which prints the help once
+    (["--shell", "--no-such-flag"], {}, "WARNING"),
+])
+def test_the_shells_log_level_is_decided_before_the_model_is_resolved(argv, environ, level,
+                                                                       capsys):
+    from minisgl.server.launch import shell_log_level
+
+    assert shell_log_level(argv, environ) == level
+    assert capsys.readouterr() == ("", "")
 
 
 def test_ctrl_c_stops_an_answer_and_twice_at_the_prompt_leaves(smollm2_dir):

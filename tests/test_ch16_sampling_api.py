@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 
 import openai
 import pytest
@@ -271,3 +272,60 @@ def test_hostile_values_are_a_400_naming_the_field(server):
                        for c in got["choices"] for t in c["logprobs"]["content"])
             assert all(not math.isnan(t["logprob"])
                        for c in got["choices"] for t in c["logprobs"]["content"])
+
+
+# ---- /generate with a batch of prompts (issue 28, item 7) --------------------------------------
+
+
+def test_generate_answers_a_batch_of_prompts_in_order(server):
+    """A list of token-id lists (or of texts) gets a list of answers, one per prompt in the
+    order given, each prompt's n answers in a row; a one-prompt batch answers as that prompt
+    alone does."""
+    rng = random.Random()
+    prompts = [random_prompt(rng, n) for n in rng.sample(range(4, 30), 3)]
+    greedy = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
+    status, outs = server.post("/generate", {"input_ids": prompts, "sampling_params": greedy})
+    assert status == 200 and isinstance(outs, list), outs
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == [len(p) for p in prompts]
+    assert all(len(o["output_ids"]) == 4 for o in outs)
+    assert len({o["meta_info"]["id"] for o in outs}) == 3
+    warm(server, prompts[0])  # both requests below find it cached: the same logits (see warm)
+    alone = server.post("/generate", {"input_ids": prompts[0], "sampling_params": greedy})[1]
+    batch_of_one = server.post("/generate", {"input_ids": prompts[:1],
+                                             "sampling_params": greedy})[1]
+    assert isinstance(batch_of_one, list) and len(batch_of_one) == 1
+    assert batch_of_one[0]["output_ids"] == alone["output_ids"]
+    texts = ["The capital of France is", "Hi", "Count: 1, 2, 3,"]
+    status, outs = server.post("/generate", {"text": texts, "sampling_params": {
+        "max_new_tokens": 3, "n": 2, "temperature": 1.0, "ignore_eos": True}})
+    assert status == 200 and len(outs) == 6, outs
+    singles = [server.post("/generate", {"text": t, "sampling_params": {"max_new_tokens": 1}})[1]
+               for t in texts]
+    assert [o["meta_info"]["prompt_tokens"] for o in outs] == \
+        [s["meta_info"]["prompt_tokens"] for s in singles for _ in range(2)]
+
+
+def test_a_batch_with_a_bad_prompt_is_refused_whole(server):
+    """One prompt the API refuses (too long, an id outside the vocabulary) or the engine
+    refuses (prompt + max_new_tokens over the context) fails the batch with its 400; the
+    prompts that had started are aborted, and nothing is left running."""
+    rng = random.Random()
+    good = random_prompt(rng, 8)
+    for prompts, params, param in [
+            ([good, random_prompt(rng, 1024)], {}, "input_ids"),
+            ([good, [1, 49152]], {}, "input_ids"),
+            ([good] * 5, {"n": 13}, "input_ids"),  # 65 answers: more than 64
+            (["Hi", ""], {"n": 2, "stop": ["x"] * 17}, "sampling_params.stop")]:
+        key = "text" if isinstance(prompts[0], str) else "input_ids"
+        status, got = server.post("/generate", {key: prompts, "sampling_params": params})
+        assert status == 400 and got["error"]["param"] == param, (prompts, got)
+    status, got = server.post("/generate", {"input_ids": [good, good], "stream": True})
+    assert status == 400 and got["error"]["param"] == "stream"
+    status, got = server.post("/generate", {"input_ids": [good, random_prompt(rng, 1000)],
+                                            "sampling_params": {"max_new_tokens": 100,
+                                                                "ignore_eos": True}})
+    assert status == 400 and "exceeds the context length" in got["error"]["message"], got
+    deadline = time.monotonic() + 60
+    while (health := server.health())["running_requests"] or health["request_pages"]:
+        assert time.monotonic() < deadline, health
+        time.sleep(0.2)

@@ -8,6 +8,7 @@ is compared with torch_ops directly (the `gpu` test).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -47,6 +48,54 @@ def test_two_nvcc_versions_compile_both_files():
     for toolkit in toolkits:
         for source in check.SOURCES:
             assert f"nvcc {toolkit.version}: {source} 编译 通过" in r.stdout, r.stdout
+
+
+# tools/check.py without two toolkits says so before it compiles anything: a compile of ext.cu
+# takes minutes, and its verdict could not pass the check.
+FAKE_NVCC = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 13.0, V13.0.48"; exit 0; fi
+echo "$@" >> "$NVCC_CALLS"
+exit 0
+"""
+
+
+def test_one_toolkit_is_reported_before_any_compile(tmp_path):
+    """The learner's case: one nvcc on PATH, nothing installed yet."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvcc").write_text(FAKE_NVCC)
+    (bin_dir / "nvcc").chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_HOME"}
+    env.update(PATH=f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", NVCC_CALLS=str(calls),
+               MINISGL_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not calls.exists(), calls.read_text()  # nvcc ran for --version only
+    assert "只找到 1 个" in r.stdout and "python tools/check.py --install" in r.stdout
+    assert "编译 " not in r.stdout, r.stdout
+
+
+def _one_toolkit(version: str = "13.0") -> list:
+    return [check.Toolkit(version, version + ".48", Path("/nowhere/nvcc"))]
+
+
+@pytest.mark.parametrize("toolkits, argv", [
+    (_one_toolkit(), ["--force"]),  # even when told to redo every compile
+    ([], []),  # no toolkit at all
+    (_one_toolkit("12.8"), ["--jobs", "1"]),
+])
+def test_too_few_toolkits_compile_nothing(toolkits, argv, monkeypatch, capsys):
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although the toolkits cannot pass the check")
+
+    monkeypatch.setattr(check, "find_toolkits", lambda: toolkits)
+    monkeypatch.setattr(check, "compile_all", no_compile)
+    monkeypatch.setattr(check, "torch_flags", no_compile)
+    assert check.main(argv) == 1
+    out = capsys.readouterr().out
+    assert f"只找到 {len(toolkits)} 个" in out and "--install" in out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
+# Everything is installed by the project's own commands (README): this one installs Playwright,
+# Debian's chromium and the CJK fonts. Playwright's own advice, `playwright install`, downloads a
+# browser of its own that this test never uses.
+SETUP_TESTS = "python tools/setup_env.py --tests"
 
 # Draws each text on a canvas in the page's own font and returns its width and pixels. Without a
 # font that has the glyph, Chromium draws the same "tofu" box for every missing character.
@@ -53,14 +57,46 @@ def _chromium() -> str:
         pytest.skip("MINISGL_SKIP_BROWSER=1")
     path = os.environ.get("MINISGL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not os.path.exists(path):
-        pytest.fail("headless Chromium is missing: run `apt-get update && apt-get install -y "
-                    "chromium fonts-noto-cjk` (or set MINISGL_SKIP_BROWSER=1 to skip this test)")
+        pytest.fail(f"headless Chromium is missing: run `{SETUP_TESTS}` (as root it installs "
+                    "Debian's chromium and fonts-noto-cjk), or set MINISGL_SKIP_BROWSER=1 to "
+                    "skip this test")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.fail("Playwright for Python is missing: run `python tools/setup_env.py`"
+        pytest.fail(f"Playwright for Python is missing: run `{SETUP_TESTS}`"
                     " (never `playwright install`: the test uses Debian's chromium)")
     return path
+
+
+def launch_browser(p, profile: str, chromium: str | None):
+    """Chromium through Playwright; a failure whose advice is Playwright's own installer
+    (`playwright install`, `install-deps`, its missing bundled browser) names the project's
+    set-up command instead."""
+    from playwright.sync_api import Error
+
+    try:
+        return p.chromium.launch_persistent_context(
+            profile, executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
+            viewport=VIEWPORT,
+        )
+    except Error as e:
+        if _wants_playwright_installer(str(e)):
+            pytest.fail(browser_setup_message(str(e)), pytrace=False)
+        raise
+
+
+def _wants_playwright_installer(message: str) -> bool:
+    lowered = message.lower()
+    return "playwright install" in lowered or "executable doesn't exist" in lowered
+
+
+def browser_setup_message(message: str) -> str:
+    """Playwright's first line (what went wrong), without its advice box, then ours."""
+    first = message.strip().splitlines()[0] if message.strip() else "no message"
+    return (f"the browser did not start ({first}): run `{SETUP_TESTS}`, which installs "
+            "Debian's chromium and the fonts this test uses (do not run Playwright's own "
+            "installer: the test never uses its browsers); MINISGL_CHROMIUM=PATH picks another "
+            "chromium, MINISGL_SKIP_BROWSER=1 skips the test")
 
 
 @pytest.fixture
@@ -90,10 +126,7 @@ def test_page_renders_chinese_edits_judges_and_remembers(page_url, artifacts):
     n = len(ex.load_cases())
     reference = ex.reference_path.read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="minisgl-chromium-") as profile, sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            profile, executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
-            viewport=VIEWPORT,
-        )
+        browser = launch_browser(p, profile, chromium)
         try:
             page = browser.new_page()
             errors: list[str] = []
@@ -199,3 +232,67 @@ def test_page_renders_chinese_edits_judges_and_remembers(page_url, artifacts):
             assert errors == []
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Playwright's "run playwright install" advice is replaced by the project's command.
+
+
+def _no_installer_advice(failure: pytest.fail.Exception) -> str:
+    text = str(failure)
+    assert SETUP_TESTS in text, text
+    assert "playwright install" not in text.lower() and "║" not in text, text
+    return text
+
+
+def test_playwrights_missing_browser_names_the_project_command(tmp_path, monkeypatch):
+    """The real thing: Playwright's bundled browser is absent (an empty browsers folder), and
+    Playwright answers with its boxed "run playwright install"."""
+    pytest.importorskip("playwright.sync_api")
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "no-browsers"))
+    with sync_playwright() as p, pytest.raises(pytest.fail.Exception) as failed:
+        launch_browser(p, str(tmp_path / "profile"), None)
+    assert "Executable doesn't exist" in _no_installer_advice(failed.value)
+
+
+class _Chromium:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def launch_persistent_context(self, *args, **kwargs):
+        raise self.error
+
+
+class _Playwright:
+    def __init__(self, error: Exception) -> None:
+        self.chromium = _Chromium(error)
+
+
+INSTALL_DEPS = ("BrowserType.launch_persistent_context: Host system is missing dependencies to "
+                "run browsers.\n  Please install them with the following command:\n\n"
+                "      sudo playwright install-deps\n")
+
+
+@pytest.mark.parametrize("message", [
+    INSTALL_DEPS,
+    "BrowserType.launch_persistent_context: Failed to launch chromium because executable "
+    "doesn't exist at /opt/other/chromium",
+    "Looks like Playwright was just installed or updated.\nPlease run: PLAYWRIGHT INSTALL",
+])
+def test_any_installer_advice_names_the_project_command(message, tmp_path):
+    Error = pytest.importorskip("playwright.sync_api").Error  # noqa: N806
+
+    with pytest.raises(pytest.fail.Exception) as failed:
+        launch_browser(_Playwright(Error(message)), str(tmp_path), "/usr/bin/chromium")
+    assert message.splitlines()[0] in _no_installer_advice(failed.value)
+
+
+def test_other_browser_errors_pass_through_unchanged(tmp_path):
+    Error = pytest.importorskip("playwright.sync_api").Error  # noqa: N806
+
+    error = Error("Target page, context or browser has been closed")
+    with pytest.raises(Error) as raised:
+        launch_browser(_Playwright(error), str(tmp_path), "/usr/bin/chromium")
+    assert raised.value is error

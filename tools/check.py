@@ -9,7 +9,8 @@ The files: tests/cuda/test_kv_kernels.cu (the kernels' self-test, a plain CUDA p
 python/minisgl/kernel/csrc/ext.cu (the torch extension: with torch's headers, one to two minutes
 per toolkit on two cores). Both are compiled with `-c` only: nothing runs, so no GPU is needed.
 One line per toolkit and file, e.g. `nvcc 13.0: tests/cuda/test_kv_kernels.cu 编译 通过`; the
-exit status is non-zero when a compile fails or fewer than two toolkit versions were found. A
+exit status is non-zero when a compile fails or fewer than two toolkit versions were found (that
+is checked first: then nothing is compiled, and the line names `--install`). A
 compile whose inputs (the files' contents, the toolkit's version, the flags) passed before is not
 repeated: the passes are recorded under <cache>/check/.
 
@@ -148,7 +149,8 @@ def install_toolkit() -> Path:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".install-{PYPI_VERSION}-", dir=dest.parent) as tmp:
         target = Path(tmp) / "pip"
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+        # not --quiet: pip's lines (each wheel as it downloads) show that the install moves
+        cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
                "--no-input", "--no-deps", "--target", str(target), *PYPI_PACKAGES]
         subprocess.run(cmd, check=True)
         unpacked = target / "nvidia" / "cu13"
@@ -270,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     toolkits = find_toolkits()
     listed = "，".join(f"nvcc {t.version} ({t.nvcc})" for t in toolkits) or "无"
     print(f"找到 {len(toolkits)} 个 CUDA 工具链：{listed}", flush=True)
+    # The toolchains first: a compile of ext.cu takes minutes, and with one toolkit its verdict
+    # could not pass the check anyway.
+    if len(toolkits) < 2:
+        print(f"需要至少两个版本的 nvcc，只找到 {len(toolkits)} 个，所以没有编译任何文件："
+              "先运行 python tools/check.py --install（python tools/setup_env.py --tests 也会安装它）",
+              flush=True)
+        return 1
     failed = 0
     for result in compile_all(toolkits, force=args.force, jobs=args.jobs):
         print(result.line(), flush=True)
@@ -277,9 +286,6 @@ def main(argv: list[str] | None = None) -> int:
             failed += 1
             for line in result.first_errors():
                 print(f"    {line}")
-    if len(toolkits) < 2:
-        print(f"需要至少两个版本的 nvcc，只找到 {len(toolkits)} 个：先运行 python tools/check.py --install")
-        return 1
     return 1 if failed else 0
 
 

@@ -25,7 +25,8 @@ python tools/setup_env.py --tests
 
 proven=$(mktemp)
 trap 'rm -f "$proven"' EXIT
-python tools/steps.py check --record-proven "$proven" ${rerun[@]+"${rerun[@]}"}
+# --timeout: chapter 14's tests take about 10 minutes on a loaded 2-core machine
+python tools/steps.py check --timeout 2400 --record-proven "$proven" ${rerun[@]+"${rerun[@]}"}
 if [[ $# -gt 0 ]]; then
   skip=()
   while read -r test; do

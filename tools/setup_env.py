@@ -16,37 +16,106 @@ The Python packages are three pip runs, because one of them cannot be a line of 
 `--tests` adds the second CUDA toolkit that chapter 19 compiles with (`tools/check.py --install`,
 about 350 MB from PyPI) and, as root on Debian, Chromium and the CJK fonts that the browser test
 renders Chinese with. Only the standard library is used here: nothing else is installed yet.
+
+Each step says what it installs before it starts, and pip's own lines (each package collected,
+downloaded, installed) pass through as they come. pip has long quiet stretches (unpacking torch,
+resolving), so whenever a step has shown nothing for HEARTBEAT_S seconds a line says it is still
+at work: a set-up never looks hung.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # Installed without their dependencies (see above); docstring-parser is the one FlashInfer-Bench's
 # data model imports that nothing else brings.
 NO_DEPS = ["flashinfer-bench==0.1.2", "docstring-parser==0.18.0"]
+NVCC_VERSION = "13.4"  # tools/check.py's PYPI_VERSION, named in the step's line
 APT_PACKAGES = ["chromium", "fonts-noto-cjk"]  # the judge page's browser test, with Chinese glyphs
 SETUP_COMMAND = "python tools/setup_env.py"
+HEARTBEAT_S = 8.0  # the longest a step stays silent: then a line says it is still at work
+ALREADY = "Requirement already satisfied:"  # pip's line per package present: counted, not shown
 
 
-def pip_steps() -> list[list[str]]:
-    pip = [sys.executable, "-m", "pip", "install", "-q"]
+@dataclass(frozen=True)
+class Step:
+    what: str  # what the step installs, in words, shown before it starts
+    command: list[str]
+
+
+def pip_steps() -> list[Step]:
+    pip = [sys.executable, "-m", "pip", "install"]
     return [
-        [*pip, "-r", "requirements.txt"],
-        [*pip, "-r", "practice/requirements.txt"],
-        [*pip, "--no-deps", *NO_DEPS],
+        Step("the engine and everything it imports: torch (CPU build), triton, transformers, "
+             "FastAPI, ... and minisgl itself, editable (requirements.txt; the first time, torch "
+             "alone is a few hundred MB)", [*pip, "-r", "requirements.txt"]),
+        Step("Playwright, which drives the browser in the judge page's test "
+             "(practice/requirements.txt)", [*pip, "-r", "practice/requirements.txt"]),
+        Step("FlashInfer-Bench's data model for chapter 19's traces, without its dependencies",
+             [*pip, "--no-deps", *NO_DEPS]),
     ]
 
 
-def run(command: list[str]) -> None:
+def run(command: list[str], heartbeat_s: float = HEARTBEAT_S) -> None:
+    """Run a command, passing its output through line by line as it comes; after heartbeat_s
+    seconds without a line shown, say that it is still at work. CalledProcessError on failure."""
     print("+ " + " ".join(command), flush=True)
-    subprocess.run(command, cwd=REPO, check=True)
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue[bytes | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    started = shown = time.monotonic()
+    already = 0
+    while (line := _next_line(lines, shown + heartbeat_s)) is not None:
+        if line is _QUIET:
+            print(f"   ... still at work ({_duration(time.monotonic() - started)} so far)",
+                  flush=True)
+            shown = time.monotonic()
+            continue
+        assert isinstance(line, bytes)
+        text = line.decode(errors="replace").rstrip("\r\n")
+        if text.startswith(ALREADY):
+            already += 1
+            continue
+        print(text, flush=True)
+        shown = time.monotonic()
+    if already:
+        print(f"   ({already} package{'s' * (already != 1)} already installed)", flush=True)
+    code = proc.wait()
+    if code:
+        raise subprocess.CalledProcessError(code, command)
+
+
+_QUIET = object()  # what _next_line returns when no line came in time
+
+
+def _next_line(lines: queue.Queue[bytes | None], deadline: float) -> bytes | object | None:
+    try:
+        return lines.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        return _QUIET
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds} s"
 
 
 def install_apt_packages() -> None:
@@ -57,6 +126,8 @@ def install_apt_packages() -> None:
         print(f"not installed: {' '.join(missing)}; the judge page's browser test needs them: "
               f"run `sudo apt-get install -y {' '.join(missing)}`", flush=True)
         return
+    print(f"== installing {' '.join(missing)} with apt-get (the judge page's browser test)",
+          flush=True)
     run(["apt-get", "update", "-qq"])
     run(["apt-get", "install", "-y", "-qq", *missing])
 
@@ -76,11 +147,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the CUDA toolkit, Chromium and CJK fonts the tests use "
                              "(default: off)")
     args = parser.parse_args(argv)
+    steps = pip_steps()
+    if args.tests:
+        steps.append(Step(f"nvcc {NVCC_VERSION} from PyPI for chapter 19's second toolkit "
+                          "(about 350 MB, into the minisgl cache)",
+                          [sys.executable, "tools/check.py", "--install"]))
     try:
-        for command in pip_steps():
-            run(command)
+        for n, step in enumerate(steps, start=1):
+            print(f"== [{n}/{len(steps)}] installing {step.what}", flush=True)
+            run(step.command)
         if args.tests:
-            run([sys.executable, "tools/check.py", "--install"])
             install_apt_packages()
     except subprocess.CalledProcessError as e:
         print(f"set-up failed at: {' '.join(e.cmd)} (exit {e.returncode})", file=sys.stderr)

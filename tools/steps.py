@@ -782,50 +782,78 @@ class StepResult:
     ok: bool
     seconds: float
     output: str
+    broke_line: bool = False  # a heartbeat ended the line the step's label was printed on
+
+
+# A step that has shown nothing for this long gets a line saying it still runs (a single test or
+# main can take a minute on two cores); MINISGL_STEPS_HEARTBEAT_S changes it (the tests do).
+HEARTBEAT_S = 10.0
+
+
+def heartbeat_seconds() -> float:
+    try:
+        return float(os.environ.get("MINISGL_STEPS_HEARTBEAT_S", HEARTBEAT_S))
+    except ValueError:
+        return HEARTBEAT_S
 
 
 def run_step(command: list[str], cwd: Path, env: dict[str, str], timeout: float,
              echo: bool = False) -> StepResult:
     """Run one main or test command; with `echo`, show its output as it comes (pytest's dots are
-    the per-test progress), each line indented under the chapter."""
+    the per-test progress), each line indented under the chapter. Either way, a line says the
+    step still runs whenever nothing was shown for heartbeat_seconds()."""
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     chunks: list[bytes] = []
-    shown = _Echo() if echo else None
+    # Without echo the step's label line is still open ("main  examples/ch01.py ... ").
+    shown = _Echo(show=echo, at_line_start=echo)
 
     def pump() -> None:
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             chunks.append(chunk)
-            if shown:
-                shown.write(chunk)
+            shown.write(chunk)
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    try:
-        proc.wait(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        timed_out = True
+    quiet_s, deadline = heartbeat_seconds(), start + timeout
+    timed_out = False
+    while proc.poll() is None:
+        if time.monotonic() >= deadline:
+            proc.kill()
+            timed_out = True
+            break
+        try:
+            proc.wait(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if shown.quiet_for() >= quiet_s:
+                shown.note(f"... still running ({_duration(time.monotonic() - start)} so far)")
+    proc.wait()
     reader.join(timeout=5)  # a grandchild that keeps the pipe open must not hang the check
-    if shown:
-        shown.end()
+    shown.end()
     output = b"".join(chunks).decode(errors="replace")
+    seconds = time.monotonic() - start
     if timed_out:
-        return StepResult(False, time.monotonic() - start, output + f"\n(timed out after {timeout}s)")
-    return StepResult(proc.returncode == 0, time.monotonic() - start, output)
+        return StepResult(False, seconds, output + f"\n(timed out after {timeout}s)",
+                          shown.broke_line)
+    return StepResult(proc.returncode == 0, seconds, output, shown.broke_line)
 
 
 class _Echo:
-    """Writes a child's output to our stdout as it arrives, `   | ` at the start of each line."""
+    """Writes a child's output to our stdout as it arrives, `   | ` at the start of each line
+    (with `show`; else it only keeps the time), and the notes of a step that is quiet."""
 
-    def __init__(self) -> None:
+    def __init__(self, show: bool = True, at_line_start: bool = True) -> None:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.at_line_start = True
+        self.show = show
+        self.at_line_start = at_line_start
+        self.broke_line = False
+        self.last_shown = time.monotonic()
+        self.lock = threading.Lock()  # the pump thread writes, the waiting thread notes
 
     def write(self, chunk: bytes) -> None:
+        if not self.show:
+            return
         text = self.decoder.decode(chunk)
         out = []
         for piece in text.splitlines(keepends=True):
@@ -833,11 +861,28 @@ class _Echo:
                 out.append("   | ")
             out.append(piece)
             self.at_line_start = piece.endswith(("\n", "\r"))
-        sys.stdout.write("".join(out))
-        sys.stdout.flush()
+        with self.lock:
+            sys.stdout.write("".join(out))
+            sys.stdout.flush()
+            if out:
+                self.last_shown = time.monotonic()
+
+    def quiet_for(self) -> float:
+        return time.monotonic() - self.last_shown
+
+    def note(self, text: str) -> None:
+        """A line of our own: on a line of its own, even in the middle of a line of dots."""
+        with self.lock:
+            if not self.at_line_start:
+                sys.stdout.write("\n")
+                self.broke_line = True
+            sys.stdout.write(f"   | {text}\n")
+            sys.stdout.flush()
+            self.at_line_start = True
+            self.last_shown = time.monotonic()
 
     def end(self) -> None:
-        if not self.at_line_start:
+        if self.show and not self.at_line_start:
             sys.stdout.write("\n")
             sys.stdout.flush()
 
@@ -1013,8 +1058,9 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
         progress.finish(step, result.seconds)
         last = result.output.strip().splitlines()[-1:] or [""]
         verdict = "ok" if result.ok else "FAIL"
-        prefix = f"   {label}  " if echo else ""
-        print(f"{prefix}{verdict} ({result.seconds:.1f}s)  {last[0][:80]}", flush=True)
+        prefix = f"   {label}  " if echo or result.broke_line else ""
+        summary = last[0].strip("= ")  # pytest's last line without its ==== banner
+        print(f"{prefix}{verdict} ({result.seconds:.1f}s)  {summary[:80]}", flush=True)
         if not result.ok:
             ok = False
             if not echo:  # echoed output is on the screen already
@@ -1175,13 +1221,18 @@ def check(
 def closing_words(checked: int, failed: list[int], proven: int, rerun: int) -> str:
     """The check's outcome in plain words: where the tests ran, what still runs on the final
     tree (and by which command), and what is left for the learner to do."""
-    ran = (f"All {checked} chapters passed" if not failed
-           else f"{checked - len(failed)} of {checked} chapters passed")
-    words = [f"In short: {ran}, each on its own tree (the code as it stands after that chapter)."
-             " This check ran nothing on the final tree."]
+    if failed:
+        ran = f"{checked - len(failed)} of {checked} chapters passed, each on its own tree"
+    elif checked == 1:
+        ran = "the chapter passed on its own tree"
+    else:
+        ran = f"all {checked} chapters passed, each on its own tree"
+    words = [f"In short: {ran} (the code as it stands after that chapter). This check ran "
+             "nothing on the final tree."]
     if proven:
         words.append(f"{proven} test file{'s' * (proven != 1)} read only code that the final "
-                     "tree holds unchanged, so their pass holds for the final code too.")
+                     f"tree holds unchanged, so {'its' if proven == 1 else 'their'} pass holds "
+                     "for the final code too.")
     if rerun:
         words.append(f"{rerun} test file{'s' * (rerun != 1)} read code that later chapters "
                      "change: `python -m pytest` runs them on the final tree (`bash "

@@ -303,7 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default="none", help="sent as 'Authorization: Bearer KEY'")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions",
                    help="completions sends token ids; chat sends words")
-    p.add_argument("--dataset", choices=["random", "sharegpt"], default="random")
+    p.add_argument("--dataset", choices=["random", "sharegpt"], default="random",
+                   help="how prompt and output lengths are drawn (the prompts are random tokens "
+                        "either way): random is uniform in [len * (1 - range_ratio), len] of "
+                        "--input-len/--output-len; sharegpt is synthetic, log-normal lengths "
+                        "shaped like ShareGPT's conversations (means 161 prompt and 338 output "
+                        "tokens, from the vLLM paper): no ShareGPT data is downloaded or read")
     p.add_argument("--num-requests", type=int, default=200, help="requests per rate")
     p.add_argument("--request-rate", type=float, nargs="+", default=[math.inf],
                    help="one or more Poisson arrival rates in requests/s (inf: all at once)")

@@ -112,6 +112,9 @@ class Engine:
         # One more page than the scheduler knows of: the padding rows of a CUDA graph write their
         # K/V into its first slot, which no request ever owns.
         pool_pages += 1
+        logger.info("allocating the KV pool: %d pages x %d tokens (%.1f MiB) ...", self.num_pages,
+                    self.page_size,
+                    self.num_pages * self.page_size * self._kv_bytes_per_token() / 2**20)
         self.kv_cache = MHAKVCache(KVPoolConfig(
             num_layers=mc.num_layers, num_kv_heads=self.num_kv_heads, head_dim=mc.head_dim,
             num_pages=pool_pages, page_size=self.page_size, dtype=config.dtype,
@@ -150,6 +153,9 @@ class Engine:
         self.graph_runner = GraphRunner(self.model, self.ctx, sizes,
                                         scratch_slot=self.num_pages * self.page_size,
                                         vocab_size=mc.vocab_size, device=self.device)
+        if sizes:  # graph.py logs the result; capture takes seconds per size
+            logger.info("capturing CUDA graphs for %d decode batch sizes (1 to %d) ...",
+                        len(sizes), max(sizes))
         self.graph_runner.capture()
 
     def _kv_bytes_per_token(self) -> int:

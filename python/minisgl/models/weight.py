@@ -7,6 +7,7 @@ those tensors and concatenates each group in order once all its parts have been 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -15,6 +16,7 @@ from safetensors import safe_open
 # >>> ch17
 from minisgl.distributed import get_tp_info
 # <<< ch17
+from minisgl.utils import init_logger
 from minisgl.utils.misc import MinisglError
 
 from .base import CausalLM
@@ -33,6 +35,8 @@ STACKED = [
     ("gate_up_proj", "up_proj", 1),
 ]
 _PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
+
+logger = init_logger(__name__)
 
 
 def _merged_name(name: str) -> tuple[str, int] | None:
@@ -140,12 +144,25 @@ def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32,
     """The folder's model with its weights; pass `config` when the caller has already read it."""
     model_dir = Path(model_dir)
     config = config or ModelConfig.from_path(model_dir)
+    # One line before and one after: loading is the longest quiet stretch of a start-up.
+    started = time.perf_counter()
+    where = f"{str(dtype).removeprefix('torch.')} on {device}"
+    if dummy_weight:
+        logger.info("random weights (--dummy-weight) for %s, %s ...", model_dir.name, where)
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+        size_mib = sum(f.stat().st_size for f in files) / 2**20
+        logger.info("loading weights: %s, %d safetensors file%s (%.0f MiB), as %s ...",
+                    model_dir.name, len(files), "s" * (len(files) != 1), size_mib, where)
     model = create_model(config, dtype, device)
     if dummy_weight:
         init_dummy_weights(model)
-        return model
-    try:
-        model.load_state_dict(load_hf_weights(model_dir, config))
-    except (KeyError, ValueError) as e:
-        raise MinisglError(f"{model_dir}: {e.args[0]}") from None
+    else:
+        try:
+            model.load_state_dict(load_hf_weights(model_dir, config))
+        except (KeyError, ValueError) as e:
+            raise MinisglError(f"{model_dir}: {e.args[0]}") from None
+    count = sum(t.numel() for _, t in model.named_weights())
+    logger.info("weights ready: %.1fM parameters in %.1f s", count / 1e6,
+                time.perf_counter() - started)
     return model

@@ -18,7 +18,7 @@ from minisgl.kvcache import PREFIX_CACHE_KINDS
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.hf import default_model, resolve_model
 
-from .guard import DEFAULT_MAX_BODY_BYTES
+from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 
 
 class FlagError(Exception):
@@ -32,6 +32,7 @@ class ServerArgs(SchedulerConfig):
     port: int = 1919
     num_tokenizer: int = 1
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies are refused (413)
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S  # seconds for a body to arrive, else 408
     served_model_name: str | None = None  # None: clients use model_name or the model's folder
     api_key: str | None = None  # None: no key needed
     log_level: str | None = None  # None: MINISGL_LOG_LEVEL, else INFO
@@ -52,6 +53,8 @@ class ServerArgs(SchedulerConfig):
             raise ValueError(f"num_tokenizer must be >= 1, got {self.num_tokenizer}")
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        if not 0 < self.body_timeout < float("inf"):  # also rejects NaN
+            raise ValueError(f"body_timeout must be finite and > 0 seconds, got {self.body_timeout}")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise ValueError("served_model_name must not be empty")
         if self.api_key is not None and not _is_token(self.api_key):
@@ -158,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, default=ServerArgs.max_body_bytes,
                    help="largest request body accepted, in bytes (8 MiB); larger ones get 413 "
                         "before they are read")
+    p.add_argument("--body-timeout", type=float, default=ServerArgs.body_timeout,
+                   help="seconds a request body may take to arrive after its headers; a slower "
+                        "one gets 408 and its connection is closed")
     p.add_argument("--served-model-name", default=None,
                    help="the model's name in requests and replies (None: the --model value; "
                         "its folder is accepted too)")
@@ -215,7 +221,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             max_running_reqs=ns.max_running_reqs, max_seq_len=ns.max_seq_len,
             cache_type=ns.cache_type, max_prefill_length=ns.max_prefill_length,
             host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer,
-            max_body_bytes=ns.max_body_bytes, served_model_name=ns.served_model_name,
+            max_body_bytes=ns.max_body_bytes, body_timeout=ns.body_timeout,
+            served_model_name=ns.served_model_name,
             api_key=ns.api_key, log_level=ns.log_level, log_interval=ns.log_interval,
             # >>> ch15
             cuda_graph_max_bs=ns.cuda_graph_max_bs,

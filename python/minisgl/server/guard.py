@@ -10,11 +10,20 @@
   stays open for load balancers and orchestrators, and tells nothing but page counts.
 - Content-Type: a POST must say `application/json`. A browser sends a cross-site POST without
   asking the server first (no CORS preflight) only with text/plain, a form type or no body type,
-  so requiring JSON keeps any web page from driving a loopback server. 415 otherwise.
+  so requiring JSON keeps any web page from driving a loopback server. 415 otherwise. The one
+  exception is an operation that takes no body (`BODYLESS_PATHS`, /flush_cache) sent without one
+  and without Content-Type, as `curl -X POST` sends it, and not by a browser: a browser sends
+  an Origin header with every POST, and such a POST still gets 415.
 - Body size: at most `max_body_bytes`. A Content-Length above it is refused with 413 before a
   byte of the body is read; a chunked body is counted while it arrives and refused as soon as it
   passes the limit. The endpoints then read the body from memory. (After an early answer, what
   the client still sends is discarded for a moment, see `_drain`.)
+- Body time and memory: the whole body must arrive within `body_timeout_s` of the request's
+  headers, else 408 and the connection is closed. A client that sends a few bytes now and then
+  would otherwise hold its connection and the part it sent forever, and forty such clients held
+  200 MB. And the bodies being received together may hold at most `body_budget_bytes` beyond
+  the first 64 KiB of each (`SMALL_BODY_BYTES`): a body that would pass it gets 503, so slow
+  clients cannot grow the server's memory without bound while small requests still get in.
 - Anything an endpoint raises that is not an ApiError becomes a 500 in OpenAI's error shape.
 """
 
@@ -40,7 +49,11 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full 40k-token context as JSON, with room to spare
+DEFAULT_BODY_TIMEOUT_S = 30.0  # 8 MiB in 30 s: a client slower than 280 kB/s is refused
+BODY_BUDGET_BODIES = 4  # by default the bodies in flight may hold 4 x max_body_bytes together
+SMALL_BODY_BYTES = 64 << 10  # what uvicorn buffers per connection anyway: not counted
 OPEN_PATHS = frozenset({"/health"})  # answered without the API key
+BODYLESS_PATHS = frozenset({"/flush_cache"})  # POSTs that take no body
 
 
 def loopback_hosts(host: str, port: int) -> frozenset[str] | None:
@@ -66,10 +79,16 @@ def is_json(content_type: str) -> bool:
 
 class RequestGuard:
     def __init__(self, app: App, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 allowed_hosts: frozenset[str] | None = None, api_key: str | None = None) -> None:
+                 allowed_hosts: frozenset[str] | None = None, api_key: str | None = None,
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+                 body_budget_bytes: int | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.allowed_hosts = allowed_hosts
+        self.body_timeout_s = body_timeout_s
+        self.body_budget_bytes = body_budget_bytes if body_budget_bytes is not None else \
+            BODY_BUDGET_BODIES * max_body_bytes
+        self.receiving_bytes = 0  # counted bytes of the bodies being received now
         # Compared as bytes, as the header arrives (latin-1, what HTTP headers are made of).
         self.expected_auth = None if api_key is None else f"Bearer {api_key}".encode()
 
@@ -117,7 +136,8 @@ class RequestGuard:
                 return ApiError(401, "a valid API key is required: send 'Authorization: Bearer "
                                      "<key>' with the key the server was started with "
                                      "(--api-key)", code="invalid_api_key")
-        if scope["method"] == "POST" and not is_json(headers.get("content-type", "")):
+        if scope["method"] == "POST" and not is_json(headers.get("content-type", "")) \
+                and not _bodyless(scope["path"], headers):
             return ApiError(415, "the body must be JSON, sent with 'Content-Type: "
                                  "application/json'", code="unsupported_media_type")
         length = headers.get("content-length")
@@ -133,18 +153,35 @@ class RequestGuard:
         """The whole body (None for a request that is not a POST), or the error to answer."""
         if scope["method"] != "POST":
             return None, None
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None, ApiError(499, "the client closed the connection")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None, self._too_large()
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return b"".join(chunks), None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
+        chunks, size, counted, more = [], 0, 0, True
+        try:
+            while more:
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    return None, ApiError(408, f"the request body did not arrive within "
+                                               f"{self.body_timeout_s:g} s (--body-timeout)",
+                                          code="request_timeout")
+                if message["type"] == "http.disconnect":
+                    return None, ApiError(499, "the client closed the connection")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    return None, self._too_large()
+                more_counted = max(0, size - SMALL_BODY_BYTES) - counted
+                if self.receiving_bytes + more_counted > self.body_budget_bytes:
+                    return None, ApiError(503, "the server is receiving too many large request "
+                                               "bodies at once; retry in a moment",
+                                          code="server_busy")
+                self.receiving_bytes += more_counted
+                counted += more_counted
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+            return b"".join(chunks), None
+        finally:
+            self.receiving_bytes -= counted  # the endpoint owns the body now, or nobody does
 
     def _too_large(self) -> ApiError:
         return ApiError(413, f"the body is over {self.max_body_bytes} bytes (--max-body-bytes)",
@@ -169,6 +206,14 @@ async def _drain(receive: Receive, max_bytes: int, max_seconds: float = 1.0) -> 
         drained += len(message.get("body", b""))
         if message["type"] != "http.request" or not message.get("more_body", False):
             return
+
+
+def _bodyless(path: str, headers: dict[str, str]) -> bool:
+    """A POST to an operation that takes no body, sent as `curl -X POST` sends it: no body, no
+    Content-Type, and no Origin (which every browser sends with a POST)."""
+    return path in BODYLESS_PATHS and "content-type" not in headers \
+        and "origin" not in headers and "transfer-encoding" not in headers \
+        and headers.get("content-length", "0") == "0"
 
 
 def _headers(scope: Scope) -> dict[str, str]:

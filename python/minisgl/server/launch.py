@@ -12,6 +12,8 @@ no chance to clean up, each worker gets SIGTERM from the kernel (see utils/mp.py
 
 from __future__ import annotations
 
+import contextlib
+import io
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -41,7 +43,7 @@ from minisgl.utils.misc import MinisglError, run_main
 from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
 from minisgl.utils.proctitle import set_process_title
 
-from .args import FlagError, ServerArgs, parse_args
+from .args import FlagError, ServerArgs, build_parser, parse_args
 
 logger = init_logger(__name__)
 
@@ -242,7 +244,7 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
 
             shell_main(addrs.tokenizers, addrs.frontend)
         else:
-            _serve_http(args, addrs, sock)
+            _serve_http(args, addrs, sock, workers)
     except (KeyboardInterrupt, StopRequested):
         pass
     finally:
@@ -257,7 +259,8 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     return 0
 
 
-def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None:
+def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket,
+                workers: Workers) -> None:
     import uvicorn
 
     from minisgl.message.client import FrontendClient
@@ -265,7 +268,7 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None
     from .api_server import ApiServer, create_app
 
     client = FrontendClient(addrs.tokenizers, addrs.frontend)
-    app = create_app(client, args)
+    app = create_app(client, args, dead_worker=lambda: workers.died)
     # uvicorn's own lines (one per request at INFO) only when debugging
     config = uvicorn.Config(app, log_level="debug" if args.log_level == "DEBUG" else "warning",
                             timeout_graceful_shutdown=5)
@@ -274,7 +277,25 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket) -> None
     ApiServer(config, client).run(sockets=[sock])
 
 
+def shell_log_level(argv: list[str] | None, environ: dict[str, str] | os._Environ) -> str | None:
+    """WARNING for --shell without --log-level or MINISGL_LOG_LEVEL (as --help says), else None.
+
+    Decided before the flags are parsed for real: resolving the model already logs a line
+    (the fallback to the bundled model), and it must not land in the conversation."""
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        try:
+            ns, _ = build_parser().parse_known_args(argv)
+        except SystemExit:  # --help or a bad flag: the parse that follows prints it, once
+            return None
+    if ns.shell and ns.log_level is None and not environ.get("MINISGL_LOG_LEVEL"):
+        return "WARNING"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (level := shell_log_level(argv, os.environ)) is not None:
+        set_log_level(level)  # this process's loggers, and the workers' through the environment
     try:
         args, run_shell = run_main(lambda: parse_args(argv))
     except FlagError as e:  # a flag's value is wrong: exit code 2, as argparse's own errors

@@ -9,6 +9,12 @@ here are accepted and ignored; `IGNORED_FIELDS` lists them, with the reason.
 Every value is checked against exact bounds here, at the boundary, so nothing reaches the engine
 that it cannot run: integers fit in 64 bits, floats are finite, token ids are inside the
 vocabulary and top_k is at most its size (`RequestLimits`, from the scheduler at start-up).
+
+Counts are bounded too, and checked by count before any work that grows with them: a prompt of
+more token ids than the context, a chat of more than MAX_MESSAGES messages, more than MAX_STOPS
+stop strings or one longer than MAX_STOP_CHARS are a 400 at once. Without these bounds one request
+of a few megabytes (a million stop strings, four million token ids) made every later step of its
+own cost seconds, and the whole server waited.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ GENERATE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
 # The most answers (`n`) one request may ask for: each is a request of its own in the engine
 MAX_N = 16
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's bound on /v1/completions' `logprobs`
+# Stop strings are matched against each new piece of every answer (stop.py): the work per token
+# grows with their number and length, so both are bounded. OpenAI allows 4; 16 of up to 256
+# characters leave room for any real use.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+# A chat is rendered by the template message by message; a template may render an empty message
+# as nothing, so the context alone does not bound how many there are.
+MAX_MESSAGES = 2048
+# The most answers one /generate request may ask for: prompts in its batch times n
+MAX_GENERATE_ANSWERS = 64
 
 # Fields a client may send that change nothing on this server, so they are accepted and ignored:
 IGNORED_FIELDS = {
@@ -57,8 +73,13 @@ class RequestLimits:
         return self.max_seq_len * MAX_CHARS_PER_TOKEN
 
     def check_ids(self, ids: list[int], param: str) -> None:
-        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
+        # The count first: it costs nothing, and a prompt that cannot fit is not worth a look.
+        if len(ids) >= self.max_seq_len:
+            raise ApiError(400, f"a prompt of {len(ids)} tokens cannot fit in the context of "
+                                f"{self.max_seq_len} tokens (the prompt and at least one new "
+                                f"token must fit)", param=param, code="context_length_exceeded")
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):  # min/max run at C speed
+            bad = next(i for i in ids if not 0 <= i < self.vocab_size)
             raise ApiError(400, f"'{param}' holds the token id {bad}, outside the vocabulary "
                                 f"[0, {self.vocab_size})", param=param)
 
@@ -84,6 +105,12 @@ class ApiError(Exception):
         self.status = status
         kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
         self.body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # An exception pickles as its class and args by default, which would lose the status
+        # (bodies.py parses large bodies in another process and sends the error back).
+        e = self.body["error"]
+        return ApiError, (self.status, e["message"], e["type"], e["param"], e["code"])
 
 
 class _Body(BaseModel):
@@ -166,6 +193,7 @@ class _Sampling(_Body):
         if self.stream_options is not None and not self.stream:
             raise ApiError(400, "'stream_options' is only allowed with 'stream': true",
                            param="stream_options")
+        check_stops(self.stop_strings, "stop")
         if limits is not None:
             limits.check_top_k(self.top_k, "top_k")
 
@@ -203,6 +231,17 @@ def choice_params(params: SamplingParams, index: int) -> SamplingParams:
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def check_stops(stops: list[str], param: str) -> None:
+    """At most MAX_STOPS stop strings of at most MAX_STOP_CHARS characters each."""
+    if len(stops) > MAX_STOPS:
+        raise ApiError(400, f"'{param}' holds {len(stops)} stop strings; at most {MAX_STOPS} "
+                            f"are allowed", param=param)
+    longest = max(stops, key=len, default="")
+    if len(longest) > MAX_STOP_CHARS:
+        raise ApiError(400, f"'{param}' holds a stop string of {len(longest)} characters; at "
+                            f"most {MAX_STOP_CHARS} are allowed", param=param)
 
 
 class TextPart(_Body):
@@ -246,6 +285,9 @@ class ChatCompletionRequest(_Sampling):
         super().check(limits)
         if self.top_logprobs and not self.logprobs:  # OpenAI's rule
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        if len(self.messages) > MAX_MESSAGES:
+            raise ApiError(400, f"a chat of {len(self.messages)} messages is more than the "
+                                f"{MAX_MESSAGES} allowed", param="messages")
         if limits is not None:
             limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
 
@@ -319,22 +361,36 @@ class GenerateSamplingParams(_Body):
 
 
 class GenerateRequest(_Body):
-    """SGLang's /generate: one prompt, as text or token ids, and SGLang's sampling_params."""
+    """SGLang's /generate: one prompt, as text or token ids, or a batch of them (a list of
+    texts, or a list of token-id lists), and SGLang's sampling_params."""
 
     NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {"return_logprob": (False,)}
 
-    text: str | None = None
-    input_ids: list[int] | None = None
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
     sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
     stream: bool = False
     return_logprob: bool = False
 
-    def one_prompt(self) -> str | list[int]:
+    @property
+    def param(self) -> str:
+        return "text" if self.text is not None else "input_ids"
+
+    @property
+    def batched(self) -> bool:
+        """A list of prompts: the answer is a list too, even of one."""
+        value = self.text if self.text is not None else self.input_ids
+        return isinstance(value, list) and bool(value) and isinstance(value[0], (str, list))
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, one for a request that is not a batch."""
         if (self.text is None) == (self.input_ids is None):
             raise ApiError(400, "give exactly one of 'text' and 'input_ids'")
-        if self.input_ids is not None and not self.input_ids:
-            raise ApiError(400, "'input_ids' is empty", param="input_ids")
-        return self.text if self.text is not None else self.input_ids  # type: ignore[return-value]
+        value = self.text if self.text is not None else self.input_ids
+        prompts = value if self.batched else [value]
+        if not prompts or any(isinstance(p, list) and not p for p in prompts):
+            raise ApiError(400, f"'{self.param}' is empty", param=self.param)
+        return prompts  # type: ignore[return-value]
 
     def to_sampling_params(self) -> SamplingParams:
         p = self.sampling_params
@@ -349,16 +405,26 @@ class GenerateRequest(_Body):
         return stop_list(self.sampling_params.stop)
 
     def check(self, limits: RequestLimits | None) -> None:
-        prompt = self.one_prompt()
+        prompts = self.prompts()
         self.check_not_yet()
         self.sampling_params.check_not_yet("sampling_params.")
+        check_stops(self.stop_strings, "sampling_params.stop")
+        answers = len(prompts) * self.sampling_params.n
+        if self.batched and answers > MAX_GENERATE_ANSWERS:
+            raise ApiError(400, f"{len(prompts)} prompts x n={self.sampling_params.n} are "
+                                f"{answers} answers; at most {MAX_GENERATE_ANSWERS} are allowed "
+                                f"in one request", param=self.param)
+        if self.batched and self.stream:
+            raise ApiError(400, "streaming a batch of prompts is not supported; stream each "
+                                "prompt in a request of its own", param="stream")
         if limits is None:
             return
         limits.check_top_k(self.sampling_params.top_k, "sampling_params.top_k")
-        if isinstance(prompt, str):
-            limits.check_chars(len(prompt), "text")
-        else:
-            limits.check_ids(prompt, "input_ids")
+        for prompt in prompts:
+            if isinstance(prompt, str):
+                limits.check_chars(len(prompt), "text")
+            else:
+                limits.check_ids(prompt, "input_ids")
 
 
 def parse_body(cls: type[T], body: bytes, limits: RequestLimits | None = None) -> T:

@@ -3,6 +3,11 @@
 Text arrives in pieces, and a stop string can straddle two of them ("###" as "#" then "##"). So
 the checker holds back the longest tail of the text that could still grow into a stop string, and
 releases it once it cannot (or when the stream ends).
+
+Each piece costs time in proportion to the number of stop strings times (the piece + the longest
+stop string), never to the whole answer: only the held tail, which is shorter than the longest
+stop string, is looked at again. protocol.py bounds how many stop strings a request may have and
+how long each may be, so this runs on the API server's event loop without stalling it.
 """
 
 from __future__ import annotations
@@ -38,10 +43,16 @@ class StopChecker:
 
     def _partial_tail(self, text: str) -> int:
         """Length of the longest suffix of text that is a proper prefix of some stop string."""
-        best = 0
+        if not text:
+            return 0
+        best, last = 0, text[-1]
         for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(text)), best, -1):
+            # A prefix of length n can only match if it ends with the text's last character:
+            # try those lengths alone, longest first (str.rfind finds them at C speed).
+            n = stop.rfind(last, 0, min(len(stop) - 1, len(text))) + 1
+            while n > best:
                 if text.endswith(stop[:n]):
                     best = n
                     break
+                n = stop.rfind(last, 0, n - 1) + 1
         return best

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr
@@ -114,18 +115,38 @@ class _Progress:
 
     What a step itself writes to sys.stderr (transformers draws bars of its own while it loads
     and dequantises the GGUF file) is held back, so that the two never share a line; it is
-    shown if the step fails."""
+    shown if the step fails. While a step runs the bar is redrawn every TICK_S seconds: its
+    elapsed time moves, so a step of half a minute (dequantising on a slow CPU) never looks
+    hung."""
+
+    TICK_S = 5.0
 
     def __init__(self, title: str, steps: int) -> None:
         self.stderr = sys.stderr
         self.bar = tqdm(total=steps, desc=title, file=self.stderr, unit="step")
 
     @contextmanager
+    def _ticking(self) -> Iterator[None]:
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(self.TICK_S):
+                self.bar.refresh()
+
+        ticker = threading.Thread(target=tick, name="minisgl-progress-tick", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            ticker.join()
+
+    @contextmanager
     def step(self, name: str) -> Iterator[None]:
         self.bar.set_postfix_str(name)
         held = io.StringIO()
         try:
-            with redirect_stderr(held):
+            with self._ticking(), redirect_stderr(held):
                 yield
         except BaseException:
             self.bar.clear()

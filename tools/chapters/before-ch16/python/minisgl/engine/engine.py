@@ -42,6 +42,9 @@ class Engine:
         # K/V into its first slot, which no request ever owns.
         pool_pages += 1
         # <<< ch15
+        logger.info("allocating the KV pool: %d pages x %d tokens (%.1f MiB) ...", self.num_pages,
+                    self.page_size,
+                    self.num_pages * self.page_size * self._kv_bytes_per_token() / 2**20)
         self.kv_cache = MHAKVCache(KVPoolConfig(
             num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads, head_dim=mc.head_dim,
             num_pages=pool_pages, page_size=self.page_size, dtype=config.dtype,

@@ -9,14 +9,16 @@
     GET  /get_server_info       SGLang's: the server's settings, limits and scheduler counts
     GET  /version               the minisgl version
     GET  /metrics               Prometheus metrics (metrics.py)
-    GET  /health                a round trip through every process; KV page counts
-    POST /flush_cache           drop the prefix cache (only while idle)
+    GET  /health                the scheduler's KV page counts, fresh or as last published
+                                (health.py); 503 only when a worker is gone or silent for long
+    POST /flush_cache           drop the prefix cache (only while idle); no body needed
 
 A streaming response starts only after the request's first reply has arrived, so a request the
 engine refuses (a prompt longer than the context, say) still gets a 4xx status and a JSON error. A
 stream that fails later (the server shuts down) ends with an error event, then `data: [DONE]`.
 Every error, 404 and 405 included, has OpenAI's shape {"error": {message, type, param, code}};
-guard.py checks Host, the API key, Content-Type and body size before an endpoint runs.
+guard.py checks Host, the API key, Content-Type, body size and body time before an endpoint
+runs; bodies.py parses a large body in a process of its own, so the event loop never stalls on it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ from minisgl.message.client import FrontendClient, RequestStream
 from minisgl.utils import init_logger
 
 from .args import ServerArgs
+from .bodies import BodyParser
 from .guard import RequestGuard, loopback_hosts
+from .health import SchedulerStatus
 from .metrics import CONTENT_TYPE, RequestTimer, ServerMetrics, log_while_busy
 from .protocol import (
     ApiError,
@@ -52,7 +56,6 @@ from .protocol import (
     CompletionRequest,
     GenerateRequest,
     RequestLimits,
-    parse_body,
 )
 from .stop import StopChecker
 
@@ -152,14 +155,22 @@ def sse_response(gen: AsyncGenerator[Piece], render: Callable[[Piece], list[dict
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
-    """The app serving one model with the settings in `args` (names, API key, limits)."""
+def create_app(client: FrontendClient, args: ServerArgs,
+               dead_worker: Callable[[], str | None] = lambda: None) -> FastAPI:
+    """The app serving one model with the settings in `args` (names, API key, limits);
+    `dead_worker` names a worker process that has exited (launch.py's watchdog knows)."""
     # What clients may call the model: the name given with --served-model-name, else the name
     # it was asked for by (--model) and its folder. The first is the one the server reports.
     model_names = [args.served_model_name] if args.served_model_name else \
         [args.model_name, args.model_path]
     metrics = ServerMetrics(model_names[0])
     limits: RequestLimits | None = None
+    parser = BodyParser()
+
+    async def ask_stats(timeout: float) -> dict[str, int]:
+        return (await client.control("stats", timeout=timeout)).info
+
+    status = SchedulerStatus(ask_stats, dead_worker, lambda: client.closing)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -167,6 +178,7 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
         client.start()
         reply = await client.control("limits")  # the engine's vocabulary and context sizes
         limits = RequestLimits(reply.info["vocab_size"], reply.info["max_seq_len"])
+        await status.latest(wait=30)  # the first numbers /health reports
         busy_log = None
         if args.log_interval > 0:
             busy_log = asyncio.get_running_loop().create_task(log_while_busy(
@@ -177,11 +189,13 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
             busy_log.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await busy_log
+        parser.close()
         await client.aclose()
 
     app = FastAPI(title="minisgl", version=__version__, lifespan=lifespan)
     app.add_middleware(RequestGuard, max_body_bytes=args.max_body_bytes,
-                       allowed_hosts=loopback_hosts(args.host, args.port), api_key=args.api_key)
+                       allowed_hosts=loopback_hosts(args.host, args.port), api_key=args.api_key,
+                       body_timeout_s=args.body_timeout)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, e: ApiError) -> JSONResponse:
@@ -196,7 +210,7 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
         return JSONResponse(error.body, status_code=e.status_code, headers=e.headers)
 
     async def body(request: Request, cls: type[T]) -> T:
-        return parse_body(cls, await request.body(), limits)
+        return await parser.parse(cls, await request.body(), limits)
 
     def submit_prompt(params: SamplingParams, prompt: str | list[int]) -> RequestStream:
         """A completion prompt: text (encoded by a tokenizer worker) or token ids."""
@@ -215,23 +229,15 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
                                 f"'{model_names[0]}'", param="model", code="model_not_found")
         return model_names[0]
 
-    async def scheduler_stats() -> dict[str, int] | None:
-        try:
-            return (await client.control("stats", timeout=10)).info
-        except TimeoutError:
-            return None
-
     @app.get("/health")
     async def health() -> JSONResponse:
-        stats = await scheduler_stats()
-        if stats is None:
-            return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok", **stats})
+        report = await status.health()
+        return JSONResponse(report.body, status_code=report.status)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
-        stats = await scheduler_stats()
-        if stats is not None:  # else the last numbers stay: a scrape must not fail for it
+        stats = await status.latest()  # while a long step runs, the numbers from before it
+        if stats is not None:
             metrics.scheduler.update(stats)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
@@ -249,7 +255,7 @@ def create_app(client: FrontendClient, args: ServerArgs) -> FastAPI:
     @app.get("/get_server_info")
     async def get_server_info() -> dict[str, Any]:
         return {"version": __version__, **args.public_settings(), "max_context_length":
-                limits.max_seq_len if limits else None, "scheduler": await scheduler_stats()}
+                limits.max_seq_len if limits else None, "scheduler": await status.latest()}
 
     @app.post("/flush_cache")
     async def flush_cache() -> JSONResponse:

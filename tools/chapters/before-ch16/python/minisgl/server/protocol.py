@@ -9,6 +9,12 @@ here are accepted and ignored; `IGNORED_FIELDS` lists them, with the reason.
 Every value is checked against exact bounds here, at the boundary, so nothing reaches the engine
 that it cannot run: integers fit in 64 bits, floats are finite, token ids are inside the
 vocabulary and top_k is at most its size (`RequestLimits`, from the scheduler at start-up).
+
+Counts are bounded too, and checked by count before any work that grows with them: a prompt of
+more token ids than the context, a chat of more than MAX_MESSAGES messages, more than MAX_STOPS
+stop strings or one longer than MAX_STOP_CHARS are a 400 at once. Without these bounds one request
+of a few megabytes (a million stop strings, four million token ids) made every later step of its
+own cost seconds, and the whole server waited.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ INT64_MIN = -(1 << 63)
 # character that the vocabulary has a long token for) could be refused although it would fit.
 MAX_CHARS_PER_TOKEN = 32
 GENERATE_DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
+# Stop strings are matched against each new piece of every answer (stop.py): the work per token
+# grows with their number and length, so both are bounded. OpenAI allows 4; 16 of up to 256
+# characters leave room for any real use.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+# A chat is rendered by the template message by message; a template may render an empty message
+# as nothing, so the context alone does not bound how many there are.
+MAX_MESSAGES = 2048
 
 # Fields a client may send that change nothing on this server, so they are accepted and ignored:
 IGNORED_FIELDS = {
@@ -54,8 +68,13 @@ class RequestLimits:
         return self.max_seq_len * MAX_CHARS_PER_TOKEN
 
     def check_ids(self, ids: list[int], param: str) -> None:
-        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
+        # The count first: it costs nothing, and a prompt that cannot fit is not worth a look.
+        if len(ids) >= self.max_seq_len:
+            raise ApiError(400, f"a prompt of {len(ids)} tokens cannot fit in the context of "
+                                f"{self.max_seq_len} tokens (the prompt and at least one new "
+                                f"token must fit)", param=param, code="context_length_exceeded")
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):  # min/max run at C speed
+            bad = next(i for i in ids if not 0 <= i < self.vocab_size)
             raise ApiError(400, f"'{param}' holds the token id {bad}, outside the vocabulary "
                                 f"[0, {self.vocab_size})", param=param)
 
@@ -81,6 +100,12 @@ class ApiError(Exception):
         self.status = status
         kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
         self.body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # An exception pickles as its class and args by default, which would lose the status
+        # (bodies.py parses large bodies in another process and sends the error back).
+        e = self.body["error"]
+        return ApiError, (self.status, e["message"], e["type"], e["param"], e["code"])
 
 
 class _Body(BaseModel):
@@ -154,6 +179,7 @@ class _Sampling(_Body):
         if self.stream_options is not None and not self.stream:
             raise ApiError(400, "'stream_options' is only allowed with 'stream': true",
                            param="stream_options")
+        check_stops(self.stop_strings, "stop")
         if limits is not None:
             limits.check_top_k(self.top_k, "top_k")
 
@@ -178,6 +204,17 @@ def make_sampling_params(temperature: float, top_k: int, top_p: float, ignore_eo
 
 def stop_list(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def check_stops(stops: list[str], param: str) -> None:
+    """At most MAX_STOPS stop strings of at most MAX_STOP_CHARS characters each."""
+    if len(stops) > MAX_STOPS:
+        raise ApiError(400, f"'{param}' holds {len(stops)} stop strings; at most {MAX_STOPS} "
+                            f"are allowed", param=param)
+    longest = max(stops, key=len, default="")
+    if len(longest) > MAX_STOP_CHARS:
+        raise ApiError(400, f"'{param}' holds a stop string of {len(longest)} characters; at "
+                            f"most {MAX_STOP_CHARS} are allowed", param=param)
 
 
 class TextPart(_Body):
@@ -218,6 +255,9 @@ class ChatCompletionRequest(_Sampling):
 
     def check(self, limits: RequestLimits | None) -> None:
         super().check(limits)
+        if len(self.messages) > MAX_MESSAGES:
+            raise ApiError(400, f"a chat of {len(self.messages)} messages is more than the "
+                                f"{MAX_MESSAGES} allowed", param="messages")
         if limits is not None:
             limits.check_chars(sum(len(m.text) for m in self.messages), "messages")
 
@@ -292,8 +332,9 @@ class GenerateRequest(_Body):
 
     NOT_YET: ClassVar[dict[str, tuple[Any, ...]]] = {"return_logprob": (False,)}
 
-    text: str | None = None
-    input_ids: list[int] | None = None
+    # lists of prompts are parsed only to be refused with a clear message (chapter 16 runs them)
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
     sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
     stream: bool = False
     return_logprob: bool = False
@@ -301,6 +342,11 @@ class GenerateRequest(_Body):
     def one_prompt(self) -> str | list[int]:
         if (self.text is None) == (self.input_ids is None):
             raise ApiError(400, "give exactly one of 'text' and 'input_ids'")
+        param = "text" if self.text is not None else "input_ids"
+        if isinstance(self.text, list) or (self.input_ids and isinstance(self.input_ids[0], list)):
+            raise ApiError(400, f"batched prompts (a list of prompts in '{param}') are not "
+                                f"supported by this server; send one prompt per request",
+                           param=param, code="unsupported_parameter")
         if self.input_ids is not None and not self.input_ids:
             raise ApiError(400, "'input_ids' is empty", param="input_ids")
         return self.text if self.text is not None else self.input_ids  # type: ignore[return-value]
@@ -318,6 +364,7 @@ class GenerateRequest(_Body):
         prompt = self.one_prompt()
         self.check_not_yet()
         self.sampling_params.check_not_yet("sampling_params.")
+        check_stops(self.stop_strings, "sampling_params.stop")
         if limits is None:
             return
         limits.check_top_k(self.sampling_params.top_k, "sampling_params.top_k")
