@@ -263,3 +263,44 @@ def test_penalties_are_the_same_with_and_without_overlap_and_match_the_formula(t
                                        p.repetition_penalty)
             ids.append(max(range(len(ref)), key=ref.__getitem__))
         assert on.tokens[n] == ids[len(prompts[n]):], n
+
+
+def record_passes(sched: Scheduler) -> list[tuple[bool, list[int]]]:
+    """Every forward pass the scheduler launches, in order: (is it a prefill, its uids)."""
+    passes: list[tuple[bool, list[int]]] = []
+    inner = sched.engine.forward_batch
+
+    def forward_batch(batch):
+        passes.append((batch.is_prefill, [r.uid for r in batch.reqs]))
+        return inner(batch)
+
+    sched.engine.forward_batch = forward_batch
+    return passes
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_running_requests_decode_between_the_chunks_of_a_long_prompt(tiny_qwen3, monkeypatch,
+                                                                      overlap):
+    """Chapter 9's rule with the step in flight: after each chunk of a long prompt the running
+    requests decode once, and a short prompt that arrives mid-way starts before the long
+    prompt's last chunk. The tokens are those of each request run alone."""
+    prompts = random_prompts(3, 8)
+    gen = torch.Generator().manual_seed(9)
+    long_prompt = torch.randint(0, VOCAB, (150,), generator=gen).tolist()  # 10 chunks of 16
+    short_prompt = torch.randint(0, VOCAB, (6,), generator=gen).tolist()
+    adds = {0: [(p, greedy(30)) for p in prompts], 2: [(long_prompt, greedy(4))],
+            6: [(short_prompt, greedy(3))]}
+    sched = make_scheduler(tiny_qwen3, monkeypatch, overlap, max_prefill_length=16)
+    passes = record_passes(sched)
+    run = play(sched, Script(adds))  # uids are the request numbers: 0-2 run, 3 long, 4 short
+    chunks = [i for i, (prefill, uids) in enumerate(passes) if prefill and 3 in uids]
+    assert len(chunks) == 10
+    for lo, hi in zip(chunks, chunks[1:]):
+        between = [uids for prefill, uids in passes[lo + 1 : hi] if not prefill]
+        assert len(between) == 1 and {0, 1, 2} <= set(between[0]), (lo, hi, passes[lo:hi])
+    short_prefill = next(i for i, (prefill, uids) in enumerate(passes) if prefill and 4 in uids)
+    assert short_prefill < chunks[-1] and passes[short_prefill][1] == [4, 3]
+    for n, (prompt, params) in enumerate(p for step in sorted(adds) for p in adds[step]):
+        alone = play(make_scheduler(tiny_qwen3, monkeypatch, overlap), Script({0: [(prompt,
+                                                                                 params)]}))
+        assert run.tokens[n] == alone.tokens[0], n

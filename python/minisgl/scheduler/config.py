@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from minisgl.engine.config import EngineConfig
 from minisgl.kvcache import PREFIX_CACHE_KINDS
 
+GPU_PREFILL_LENGTH = 8192
+CPU_PREFILL_LENGTH = 512
+
 
 @dataclass
 class SchedulerConfig(EngineConfig):
@@ -16,10 +19,16 @@ class SchedulerConfig(EngineConfig):
     # >>> ch10
     cache_type: str = "radix"  # "radix" shares prefixes between requests, "naive" never does
     # <<< ch10
-    max_prefill_length: int = 8192  # token budget of one prefill batch (chunked prefill)
+    # Token budget of one prefill batch (chunked prefill); None: 8192 on a GPU (as the official
+    # engine), 512 on a CPU, where one 512-token chunk late in an 8k prompt already takes
+    # seconds and every running request waits for it (docs/chapters/ch09.md has the figures).
+    max_prefill_length: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.max_prefill_length is None:
+            self.max_prefill_length = GPU_PREFILL_LENGTH if self.device.startswith("cuda") \
+                else CPU_PREFILL_LENGTH
         if self.cache_type not in PREFIX_CACHE_KINDS:
             raise ValueError(f"cache_type must be one of {PREFIX_CACHE_KINDS}, "
                              f"got {self.cache_type!r}")

@@ -3,7 +3,9 @@
 Requests wait in arrival order. Each prefill batch takes requests from the head while the token
 budget (--max-prefill-length) and the KV pool allow. A prompt longer than what is left of the
 budget is cut into chunks (chunked prefill): the chunk runs now, the request stays at the head of
-the queue and continues in the next prefill batch, so one huge prompt never stalls everyone else.
+the queue and continues in the next prefill batch, so one huge prompt never stalls everyone else:
+between two of its chunks the running requests decode (the scheduler's rule), and short prompts
+that arrived behind it may go first in the next batch, within half of the budget.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class PrefillManager:
         new request does not immediately force one of them out.
         """
         reqs: list[Req] = []
+        # >>> ch09
+        if self.waiting and self.waiting[0].table_idx >= 0:  # the head is part-way
+            budget -= self._short_ones_first(budget // 2, reserve_tokens, reqs)
+        # <<< ch09
         for req in list(self.waiting):
             fresh = req.table_idx < 0
             if budget <= 0 or (fresh and not self._admit(req)):
@@ -51,8 +57,7 @@ class PrefillManager:
             # >>> ch09
             chunk = min(len(req.input_ids) - req.cached_len, budget)
             # <<< ch09
-            if self.cache.available_tokens - chunk < reserve_tokens or \
-                    not self.cache.allocate(req, req.cached_len + chunk):
+            if not self._allocate(req, chunk, reserve_tokens):
                 if fresh:  # hold nothing while waiting, so waiting requests cannot deadlock
                     self._unadmit(req)
                 break
@@ -65,6 +70,36 @@ class PrefillManager:
             # <<< ch09
             self.waiting.popleft()
         return Batch(reqs, "prefill") if reqs else None
+
+    def _allocate(self, req: Req, chunk: int, reserve_tokens: int) -> bool:
+        """Slots for the request's next `chunk` tokens, if that leaves reserve_tokens free."""
+        return self.cache.available_tokens - chunk >= reserve_tokens and \
+            self.cache.allocate(req, req.cached_len + chunk)
+    # >>> ch09
+
+    def _short_ones_first(self, budget: int, reserve_tokens: int, reqs: list[Req]) -> int:
+        """While the head of the queue is part-way through a chunked prefill, the prompts that
+        arrived behind it and fit whole into `budget` (half of the batch's) go first: a short
+        request then waits for one chunk, not for the whole long prompt, and the long prompt
+        keeps at least the other half, so a stream of short prompts cannot starve it. They are
+        taken in arrival order until one does not fit; a prompt longer than `budget` is passed
+        over (it could never go ahead, and waits for its turn anyway). Returns the tokens used."""
+        used = 0
+        for req in list(self.waiting)[1:]:  # only fresh requests wait behind the head
+            if len(req.input_ids) > budget:
+                continue  # judged by its whole length: no prefix match for a prompt that waits
+            if used + len(req.input_ids) > budget or not self._admit(req):
+                break
+            chunk = len(req.input_ids) - req.cached_len
+            if not self._allocate(req, chunk, reserve_tokens):
+                self._unadmit(req)
+                break
+            req.extend_len = chunk
+            reqs.append(req)
+            used += chunk
+            self.waiting.remove(req)
+        return used
+    # <<< ch09
 
     def _admit(self, req: Req) -> bool:
         """Give a waiting request its page-table row and its cached prefix."""

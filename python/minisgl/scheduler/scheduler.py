@@ -3,7 +3,8 @@
 Each `step()` launches one forward pass: a prefill batch when waiting requests can start (prefill
 first keeps time-to-first-token low), otherwise a decode step over every running request. New
 requests can be added between any two steps and join the running set as soon as their prefill is
-launched (continuous batching).
+launched (continuous batching). A long prompt prefilled in chunks (chapter 9) does not hold the
+others: after each of its chunks the running requests decode one step.
 
 Overlap scheduling (chapter 16). Reading a step's tokens on the host waits for the GPU, and while
 the host then does its bookkeeping and builds the next batch the GPU would idle. So `step()`
@@ -90,6 +91,9 @@ class Scheduler:
         self._early_outputs: list[TokenOutput] = []  # outputs the next step() returns first
         self._next_uid = 0
         self._counts = SchedulerStats()  # only its counters are kept up to date
+        # >>> ch09
+        self._decode_turn = False  # the next step decodes: a prompt is part-way (_schedule)
+        # <<< ch09
 
     @property
     def has_work(self) -> bool:
@@ -185,9 +189,27 @@ class Scheduler:
             self._early_outputs += self._process(done)
 
     def _schedule(self) -> Batch | None:
+        # >>> ch09
+        if self._decode_turn:
+            # The last prefill batch left a prompt part-way: the running requests (including
+            # any short ones that batch started) decode once before its next chunk. Without
+            # this turn all chunks of a long prompt run back to back and nobody else gets a
+            # token until it is done. Alternating is the simplest rule that bounds their wait
+            # by one chunk; putting their decode tokens into the chunk's batch would save a
+            # forward pass but needs a batch that is part prefill, part decode, which the engine
+            # does not have.
+            self._decode_turn = False
+            batch = self._schedule_decode()
+            if batch is not None:
+                return batch
+        # <<< ch09
         reserve = len(self.decode.running) * self.engine.page_size
         batch = self.prefill.schedule(self.config.max_prefill_length, reserve)
         if batch is not None:
+            # >>> ch09
+            last = batch.reqs[-1]  # only the last request of a batch can be chunked
+            self._decode_turn = last.seq_len < len(last.input_ids)
+            # <<< ch09
             return batch
         return self._schedule_decode()
 
