@@ -85,3 +85,29 @@ def test_factory_builds_backends_by_name_on_the_pool_and_page_table(setup):
         create_attn_backend("flash", pool, page_table, NQ, NKV)
     with pytest.raises(ValueError, match="cannot share"):
         create_attn_backend("torch", pool, page_table, 5, NKV)
+
+
+def test_prefill_attention_runs_the_fused_kernel_not_the_math_fallback(setup):
+    """With a size-1 head dimension left to broadcast, SDPA on a CPU falls back to its math
+    kernel, which builds the whole [H, q_len, kv_len] score matrix: 2.4 GB per layer for one
+    8k-token prompt, and minutes of prefill (issue 28). Both prefill paths, a new sequence
+    and one after a cached prefix, must reach the fused kernel."""
+    pool, page_table, backend = setup
+    gen = torch.Generator().manual_seed(4)
+    reqs = []
+    for row, (cached, new) in enumerate([(0, 20), (12, 8)]):
+        page_table[row, : cached + new] = torch.arange(cached + new) + 32 * row
+        reqs.append(Req(uid=row, input_ids=[0] * (cached + new), sampling_params=SamplingParams(),
+                        table_idx=row, cached_len=cached, extend_len=new))
+    batch = Batch(reqs, "prefill")
+    batch.out_loc = torch.cat([page_table[r.table_idx, r.cached_len : r.seq_len].long()
+                               for r in reqs])
+    backend.prepare_metadata(batch)
+    q = torch.randn(28, NQ, D, generator=gen)
+    k, v = torch.randn(28, NKV, D, generator=gen), torch.randn(28, NKV, D, generator=gen)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        backend.forward(q, k, v, layer_id=0, batch=batch)
+    ops = {event.key for event in prof.key_averages()}
+    assert "aten::_scaled_dot_product_attention_math" not in ops
+    assert sum(event.count for event in prof.key_averages()
+               if event.key == "aten::_scaled_dot_product_flash_attention_for_cpu") == 2
