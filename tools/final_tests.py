@@ -62,7 +62,7 @@ def snapshot(root: Path, files: list[str]) -> steps_proof.Snapshot:
     return steps_proof.Snapshot({p: steps_proof.file_digest(root / p) for p in files}, folders)
 
 
-def test_files(root: Path, files: list[str]) -> list[str]:
+def test_files(files: list[str]) -> list[str]:
     return [p for p in files if p.startswith("tests/") and p.rsplit("/", 1)[-1].startswith("test_")
             and p.endswith(".py")]
 
@@ -79,7 +79,7 @@ def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: floa
     repo_files = repository_files(root)
     fresh = snapshot(root, repo_files)
     proof = steps.Proof.load(root, rerun)
-    todo = [t for t in (tests or test_files(root, repo_files)) if t not in skip]
+    todo = [t for t in (tests or test_files(repo_files)) if t not in skip]
     workdir = Path(tempfile.mkdtemp(prefix="minisgl-final-"))
     site = workdir / "site"
     site.mkdir()

@@ -91,9 +91,7 @@ class Scheduler:
         self._early_outputs: list[TokenOutput] = []  # outputs the next step() returns first
         self._next_uid = 0
         self._counts = SchedulerStats()  # only its counters are kept up to date
-        # >>> ch09
         self._decode_turn = False  # the next step decodes: a prompt is part-way (_schedule)
-        # <<< ch09
 
     @property
     def has_work(self) -> bool:
@@ -189,7 +187,6 @@ class Scheduler:
             self._early_outputs += self._process(done)
 
     def _schedule(self) -> Batch | None:
-        # >>> ch09
         if self._decode_turn:
             # The last prefill batch left a prompt part-way: the running requests (including
             # any short ones that batch started) decode once before its next chunk. Without
@@ -202,14 +199,11 @@ class Scheduler:
             batch = self._schedule_decode()
             if batch is not None:
                 return batch
-        # <<< ch09
         reserve = len(self.decode.running) * self.engine.page_size
         batch = self.prefill.schedule(self.config.max_prefill_length, reserve)
         if batch is not None:
-            # >>> ch09
             last = batch.reqs[-1]  # only the last request of a batch can be chunked
             self._decode_turn = last.seq_len < len(last.input_ids)
-            # <<< ch09
             return batch
         return self._schedule_decode()
 
