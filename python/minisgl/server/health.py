@@ -29,7 +29,9 @@ from minisgl.utils import init_logger
 logger = init_logger(__name__)
 
 STALE_S = 120.0
-FRESH_WAIT_S = 0.25
+# 50 ms: long enough for a scheduler between two steps to answer (a few ms), short enough that
+# /health answers within 100 ms while a step runs (it then reports the last numbers)
+FRESH_WAIT_S = 0.05
 MIN_REFRESH_S = 0.05
 
 
