@@ -1,11 +1,15 @@
 """tools/check_official_refs.py: the 官方实现 references parse, and each one is verified against
 a commit of a git repository. The logic runs on a small repository made here (CI has no clone of
-sgl-project/mini-sglang); the real pages are checked too when the clone is on this machine."""
+sgl-project/mini-sglang); the real pages are checked too when the clone is on this machine.
+
+Every other path a page or the README cites (tools/..., benchmarks/..., DESIGN.md) is one of this
+repository's, and must exist here."""
 
 from __future__ import annotations
 
 import importlib.util
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +183,109 @@ CLONE = refs.DEFAULT_CLONE
 def test_tutorial_references_match_the_pinned_official_commit(capsys):
     """The real check: `python tools/check_official_refs.py` (tested above on a small repo)."""
     assert refs.main(["--repo", str(CLONE)]) == 0, capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths of this repository that the pages and the README cite must exist. A `## 官方实现`
+# section cites the official repository (checked above, against its pinned commit), so its lines
+# are skipped; elsewhere a path under one of our own top-level folders, a `minisgl/...` path (the
+# package, as listings title it), a root document such as DESIGN.md, or a results file named
+# alone (h200_*.txt, cpu_*.txt: benchmarks/results/) is ours and must be here.
+
+OWN_FOLDERS = ("python", "tools", "benchmarks", "tests", "examples", "docs", "practice")
+PATH_CHARS = r"[A-Za-z0-9_./*<>-]"
+# A results file named alone (h200_stage5.txt) is one of benchmarks/results/.
+RESULT_NAME = r"(?:h200|cpu)_[A-Za-z0-9_*]+\.(?:txt|json|png|log)\b"
+RESULTS = "benchmarks/results/"
+CITED = re.compile(
+    r"(?<![A-Za-z0-9_./$~-])"  # not the tail of a longer path, a URL or $OUT/...
+    rf"((?:{'|'.join(OWN_FOLDERS)}|minisgl)/{PATH_CHARS}*|[A-Z][A-Z0-9_]*\.md\b"
+    rf"|{RESULT_NAME})"
+)
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
+
+
+def cited_paths(text: str):
+    """(line number, path) of every repository path the page cites outside 官方实现 sections."""
+    official, fence = False, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        opening = FENCE.match(line)
+        if opening and (fence is None or line.strip().startswith(fence)):
+            fence = None if fence else opening[1]
+            continue
+        if fence is None and line.startswith("#"):
+            official = line.strip() == refs.SECTION
+        if official:
+            continue
+        for match in CITED.finditer(line):
+            yield number, match[1].rstrip(".-")  # a sentence's full stop is not the path's
+
+
+def path_exists(root: Path, path: str) -> bool:
+    """Placeholders (chNN, <原路径>, *) must match at least one file."""
+    if path.startswith("minisgl/"):
+        path = "python/" + path
+    elif re.fullmatch(RESULT_NAME, path):
+        path = RESULTS + path
+    if "*" in path or "<" in path or "NN" in path:
+        pattern = re.sub(r"<[^/]*>?", "*", path).replace("NN", "[0-9][0-9]").rstrip("/")
+        return any(root.glob(pattern))
+    return (root / path).exists()
+
+
+def missing_citations(root: Path, pages: list[Path]) -> list[str]:
+    return [
+        f"{page.relative_to(root).as_posix()}:{number}: {path}"
+        for page in pages
+        for number, path in cited_paths(page.read_text(encoding="utf-8"))
+        if not path_exists(root, path)
+    ]
+
+
+def test_pages_cite_only_paths_the_repository_holds():
+    pages = [*sorted((REPO / "docs").rglob("*.md")), REPO / "README.md"]
+    missing = missing_citations(REPO, pages)
+    assert not missing, "pages cite files this repository does not hold:\n" + "\n".join(missing)
+
+
+OLD_CH16 = (  # the sentence chapter 16 had, citing a design note that lives outside the repo
+    "设置 `MINISGL_DUMMY_WEIGHT=1`，`LLM` 就默认用随机权重（或者像 DESIGN.md 说的，"
+    "把随机权重写进 Hugging Face 缓存目录）。"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "missing"),
+    [
+        (OLD_CH16, ["DESIGN.md"]),
+        ("见 `tools/gone.py` 和 benchmarks/results/none.txt。", ["tools/gone.py",
+                                                              "benchmarks/results/none.txt"]),
+        ("标题里的 `minisgl/server/gone.py`", ["minisgl/server/gone.py"]),
+        ("结果在 `h200_gone.txt` 和 `cpu_long_prefill.txt` 里", ["h200_gone.txt"]),
+        ("`tests/test_ch99_*.py`、`examples/chNN_*.py` 之外", ["tests/test_ch99_*.py"]),
+        ("`tools/steps.py`、`tests/test_x.py::test_y`、`examples/chNN_*.py`、README.md。", []),
+        ("官方的 `benchmark/offline/bench.py`、`scheduler/gone.py`，https://x.org/tools/gone.py", []),
+    ],
+)
+def test_missing_repository_paths_are_reported(tmp_path, line, missing):
+    for name in ["tools/steps.py", "tests/test_x.py", "examples/ch01_main.py", "README.md",
+                 "python/minisgl/server/args.py", "benchmarks/results/cpu_long_prefill.txt"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("", encoding="utf-8")
+    page = tmp_path / "docs" / "chapters" / "ch01.md"
+    page.parent.mkdir(parents=True)
+    page.write_text(f"# 第 1 章\n\n{line}\n", encoding="utf-8")
+    assert missing_citations(tmp_path, [page]) == [f"docs/chapters/ch01.md:3: {p}" for p in missing]
+
+
+def test_official_sections_and_code_fences_are_told_apart(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text(
+        "\n".join([
+            "## 官方实现", "", "以下路径都在官方仓库下：", "", "- 基准：`tools/official_only.py` · 第 1 行",
+            "```bash", "# a comment in a fence is no heading", "python tools/official_too.py", "```",
+            "## 测试", "", "```console", "$ python tools/gone.py", "```",
+        ]) + "\n",
+        encoding="utf-8",
+    )
+    assert missing_citations(tmp_path, [page]) == ["README.md:13: tools/gone.py"]
