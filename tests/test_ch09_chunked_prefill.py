@@ -45,14 +45,9 @@ def test_a_chunked_prompt_does_not_block_short_requests(smollm2_dir, hf_greedy):
         for out in sched.step():
             first_token_step.setdefault(out.uid, step)
             tokens.setdefault(out.uid, []).append(out.token)
-    # >>> before ch16
-    # assert first_token_step[short_uid] == 1  # shared the first prefill batch with a chunk
-    # <<< before ch16
-    # >>> ch16
     # It shared the first prefill batch with a chunk; with overlap scheduling (chapter 16) the
     # token of a step is read by the next step() call.
     assert first_token_step[short_uid] == (2 if sched.overlap else 1)
-    # <<< ch16
     assert first_token_step[long_uid] > 1
     assert tokens[short_uid] == hf_greedy.generate(short_ids, 8)
     assert tokens[long_uid] == hf_greedy.generate(long_ids, 8)

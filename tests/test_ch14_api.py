@@ -324,12 +324,7 @@ BAD_REQUESTS = {
     "top_p above 1": ({**GOOD, "top_p": 1.01}, 400, "top_p"),
     "top_k 0": ({**GOOD, "top_k": 0}, 400, None),
     "stream not a bool": ({**GOOD, "stream": "yes"}, 400, "stream"),
-    # >>> before ch16
-    # "n above 1": ({**GOOD, "n": 2}, 400, "n"),
-    # <<< before ch16
-    # >>> ch16
     "n above 16": ({**GOOD, "n": 17}, 400, "n"),
-    # <<< ch16
     "prompt longer than the context": (LONG, 400, None),
     "prompt longer than the context, streaming": ({**LONG, "stream": True}, 400, None),
     "unknown model": ({**GOOD, "model": "gpt-17"}, 404, "model"),

@@ -157,13 +157,8 @@ def test_port_in_use_is_one_clear_error_before_loading(smollm2_dir):
 @pytest.mark.parametrize(("args", "message", "code"), [
     (["--model", "/no/such/folder"], "error: ", 1),  # not a flag's form: a model not found
     (["--port", "70000"], "port must be in 1..65535", 2),
-    # >>> before ch17
-    # (["--tp", "2"], "tensor parallelism arrives in chapter 17", 2),
-    # <<< before ch17
-    # >>> ch17
     (["--tp", "0"], "tp_size must be >= 1", 2),
     (["--tp", "3", "--nnodes", "2"], "--tp 3 does not split evenly over 2 nodes", 2),
-    # <<< ch17
     (["--num-tokenizer", "0"], "num_tokenizer must be >= 1", 2),
     (["--max-body-bytes", "0"], "max_body_bytes must be >= 1", 2),
     (["--body-timeout", "0"], "body_timeout must be finite and > 0 seconds", 2),

@@ -127,12 +127,6 @@ GEN = {"text": "Hi", "sampling_params": {"max_new_tokens": 2}}
 
 UNSUPPORTED = [  # (path, body, the field the 400 must name)
     *[("/v1/chat/completions", {**CHAT, **extra}, name) for name, extra in [
-        # >>> before ch16
-        # ("logprobs", {"logprobs": True}), ("n", {"n": 2}),
-        # ("presence_penalty", {"presence_penalty": 0.5}),
-        # ("frequency_penalty", {"frequency_penalty": -1.5}),
-        # ("repetition_penalty", {"repetition_penalty": 1.1}),
-        # <<< before ch16
         ("top_logprobs", {"top_logprobs": 2}), ("n", {"n": 1 << 40}),
         ("logit_bias", {"logit_bias": {"42": 3.0}}), ("store", {"store": True}),
         ("tools", {"tools": [{"type": "function", "function": {"name": "f"}}]}),
@@ -150,10 +144,6 @@ UNSUPPORTED = [  # (path, body, the field the 400 must name)
         ("presence_penalty", {"presence_penalty": 1e308}),
         ("top_logprobs", {"top_logprobs": -1})]],
     *[("/v1/completions", {**PROMPT, **extra}, name) for name, extra in [
-        # >>> before ch16
-        # ("logprobs", {"logprobs": 0}), ("logprobs", {"logprobs": 3}), ("n", {"n": 3}),
-        # ("presence_penalty", {"presence_penalty": 2.0}),
-        # <<< before ch16
         ("echo", {"echo": True}), ("best_of", {"best_of": 3}), ("suffix", {"suffix": "end"}),
         ("prompt_logprobs", {
             "prompt_logprobs": 1}), ("", {"": 0})]],
@@ -162,19 +152,10 @@ UNSUPPORTED = [  # (path, body, the field the 400 must name)
         ("return_logprob", {"return_logprob": True}), ("rid", {"rid": "abc"}),
         ("text", {"text": [1, 2]}), ("input_ids", {"text": None, "input_ids": [["1"]]}),
         ("sampling_params.max_tokens", {"sampling_params": {"max_tokens": 2}}),
-        # >>> before ch16
-        # ("sampling_params.n", {"sampling_params": {"n": 2}}),
-        # ("text", {"text": ["a", "b"]}),  # a batch of prompts: chapter 16
-        # ("input_ids", {"text": None, "input_ids": [[1, 2]]}),
-        # <<< before ch16
         ("sampling_params.regex", {"sampling_params": {"regex": "a+"}}),
         ("sampling_params.json_schema", {"sampling_params": {"json_schema": "{}"}}),
         ("sampling_params.stop_token_ids", {"sampling_params": {"stop_token_ids": [2]}}),
         ("sampling_params.min_p", {"sampling_params": {"min_p": 0.1}}),
-        # >>> before ch16
-        # ("sampling_params.repetition_penalty", {"sampling_params": {
-        #     "repetition_penalty": 1.3}}),
-        # <<< before ch16
         ("sampling_params.skip_special_tokens", {"sampling_params": {
             "skip_special_tokens": False}}),
         ("sampling_params.max_new_tokens", {"sampling_params": {"max_new_tokens": 0}}),
@@ -216,13 +197,6 @@ def test_openai_client_defaults_are_accepted_and_refusals_are_typed(client):
     got = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}],
                                          max_tokens=2, user="someone", seed=11, n=1)
     assert got.choices[0].finish_reason in ("stop", "length")
-    # >>> before ch16
-    # with pytest.raises(openai.BadRequestError, match="logprobs"):
-    #     client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}],
-    #                                    max_tokens=2, logprobs=True, top_logprobs=3)
-    # with pytest.raises(openai.BadRequestError, match="presence_penalty"):
-    #     client.completions.create(model=NAME, prompt="Hi", max_tokens=2, presence_penalty=1)
-    # <<< before ch16
     with pytest.raises(openai.BadRequestError, match="logit_bias"):
         client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}],
                                        max_tokens=2, logit_bias={"42": 1.0})

@@ -149,7 +149,6 @@ def test_long_stop_strings_are_refused(server):
             "sampling_params.stop", f"at most {MAX_STOP_CHARS}")
 
 
-# >>> ch16
 def test_stops_with_n_answers(server):
     """n = 4 with one stop too many is refused; n = 3 with the most stops of the longest length
     allowed is answered, every answer run to its length (no stop string can appear)."""
@@ -166,7 +165,6 @@ def test_stops_with_n_answers(server):
     assert [c["finish_reason"] for c in got["choices"]] == ["length"] * 3
     assert got["usage"]["completion_tokens"] == 3 * 16
     health.check("completion, n=3, 16 stops of 256 characters (answered)")
-# <<< ch16
 
 
 # ---- E: prompts refused by count ---------------------------------------------------------------
@@ -415,11 +413,3 @@ def test_flush_cache_without_a_body(server):
     assert raw_post(server, "/v1/completions", {"Content-Length": "0"}) == 415
 
 
-# >>> before ch16
-# def test_a_batch_of_prompts_is_refused_with_a_clear_message(server):
-#     for body, param in [({"text": ["Hi", "Hello"]}, "text"),
-#                         ({"input_ids": [[1, 2], [3]]}, "input_ids")]:
-#         status, got = post(server, "/generate", body)
-#         assert status == 400 and got["error"]["param"] == param, got
-#         assert "batched prompts" in got["error"]["message"], got
-# <<< before ch16

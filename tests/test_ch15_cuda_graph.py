@@ -17,10 +17,8 @@ from test_ch08_scheduler import make_scheduler, run_all
 from minisgl.attention import BACKENDS, create_attn_backend
 from minisgl.core import Context, SamplingParams, set_global_ctx
 
-# >>> ch16
 from minisgl.engine.engine import ForwardOutput
 
-# <<< ch16
 from minisgl.engine.graph import (
     DEFAULT_MAX_BS,
     GraphRunner,
@@ -166,12 +164,7 @@ def test_padded_step_equals_torch_backend_as_the_batch_changes(tiny_qwen3):
         untouched[scratch] = False
         assert torch.equal(after[:, :, untouched], before[:, :, untouched])
         tokens = expected.argmax(dim=-1)
-        # >>> before ch16
-        # return tokens
-        # <<< before ch16
-        # >>> ch16
         return ForwardOutput(tokens, tokens.cpu(), None)  # chapter 16: tokens and their host copy
-        # <<< ch16
 
     engine.forward_batch = padded_forward
     prompts = random_prompts(7, seed=3)

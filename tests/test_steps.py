@@ -329,6 +329,147 @@ def test_materialize_layout(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# what a tree derives without markers: imports of what it lacks, and their decorators
+
+
+def derive_repo(tmp_path: Path, core: str, util: str = "A = 1\n") -> Path:
+    """Chapter 1 adds core.py and util.py; chapter 2 adds the trace package and later.py."""
+    files = {
+        PKG + "__init__.py": "",
+        PKG + "core.py": core,
+        PKG + "util.py": util,
+        PKG + "later.py": "VALUE = 2\n",
+        PKG + "trace/__init__.py": "",
+        PKG + "trace/runtime.py": src("def traced(op):", "    return lambda fn: fn"),
+    }
+    chapters = [
+        {"number": 1, "files": [PKG + "__init__.py", PKG + "core.py", PKG + "util.py"]},
+        {"number": 2, "files": [PKG + "later.py", PKG + "trace/__init__.py",
+                                PKG + "trace/runtime.py"]},
+    ]
+    return make_repo(tmp_path, chapters, files)
+
+
+def test_imports_of_a_later_module_and_their_decorators_need_no_marker(tmp_path):
+    core = src(
+        "import os",
+        "",
+        "import minisgl.later",
+        "",
+        "from minisgl.trace.runtime import (",
+        "    traced,",
+        ")",
+        "from . import later as again",
+        "from .util import A",
+        "",
+        "",
+        "@traced(",
+        '    "f",',
+        ")",
+        "def f():",
+        "    return os.sep, A",
+        "",
+        "",
+        "class K:",
+        '    @traced("g")',
+        "    @staticmethod",
+        "    def g():",
+        "        return 1",
+        opens("ch02"),
+        "",
+        "    def h(self):",
+        "        return minisgl.later.VALUE + again.VALUE",
+        closes("ch02"),
+    )
+    manifest = steps.load_manifest(derive_repo(tmp_path / "repo", core))
+    one = steps.file_at_chapter(PKG + "core.py", 1, manifest)
+    assert one == src(
+        "import os",
+        "",
+        "from .util import A",
+        "",
+        "",
+        "def f():",
+        "    return os.sep, A",
+        "",
+        "",
+        "class K:",
+        "    @staticmethod",
+        "    def g():",
+        "        return 1",
+    )
+    final = (manifest.root / PKG / "core.py").read_text()
+    assert steps.file_at_chapter(PKG + "core.py", 2, manifest) == steps.apply_markers(
+        steps.parse_markers(final, "core.py"), 2)  # everything is there from chapter 2 on
+    tree = steps.materialize(1, tmp_path / "tree", manifest)
+    assert (tree / PKG / "core.py").read_text() == one
+    # the file changes in chapter 2 by its marker block, and by the imports that come back
+    assert steps.status(manifest, PKG + "core.py", 2) == steps.MODIFIED
+
+
+def test_a_name_that_a_module_of_the_tree_does_not_define_yet_is_not_imported(tmp_path):
+    util = src("A = 1", opens("ch02"), "", "", "def helper():", "    return 2", closes("ch02"))
+    core = src(
+        "from minisgl.util import A",
+        "from minisgl.util import helper",
+        "",
+        "X = A",
+        opens("ch02"),
+        "Y = helper()",
+        closes("ch02"),
+    )
+    manifest = steps.load_manifest(derive_repo(tmp_path / "repo", core, util))
+    assert steps.file_at_chapter(PKG + "core.py", 1, manifest) == src(
+        "from minisgl.util import A", "", "X = A")
+    assert steps.file_at_chapter(PKG + "core.py", 2, manifest) == src(
+        "from minisgl.util import A", "from minisgl.util import helper", "", "X = A",
+        "Y = helper()")
+
+
+def test_only_a_blank_line_left_doubled_goes_with_an_import(tmp_path):
+    core = src(
+        "import os",
+        "from minisgl.later import VALUE",  # no blank line before it: nothing else goes
+        "",
+        "from minisgl.trace.runtime import traced",  # between blank lines: one of them goes
+        "",
+        "X = os",
+        opens("ch02"),
+        "Y = traced(VALUE)",
+        closes("ch02"),
+    )
+    manifest = steps.load_manifest(derive_repo(tmp_path / "repo", core))
+    assert steps.file_at_chapter(PKG + "core.py", 1, manifest) == src("import os", "", "X = os")
+
+
+@pytest.mark.parametrize(
+    ("core", "message"),
+    [
+        (src("from minisgl.util import A, helper", "X = A"),
+         r"core.py:1: this import mixes .*minisgl.util does not define helper yet"),
+        (src("import minisgl.util, minisgl.later", "X = minisgl.util.A"),
+         r"core.py:1: this import mixes .*minisgl.later is not in the tree after chapter 1"),
+        (src("from minisgl.trace.runtime import traced", "", "f = traced('op')"),
+         r"core.py:3: uses `traced`, whose import goes from this tree"),
+    ],
+)
+def test_what_cannot_be_derived_stops_the_build_with_file_and_line(tmp_path, core, message):
+    manifest = steps.load_manifest(derive_repo(tmp_path / "repo", core))
+    with pytest.raises(steps.StepsError, match=message):
+        steps.materialize(1, tmp_path / "tree", manifest)
+
+
+def test_a_before_block_in_the_source_tree_is_a_warning(tmp_path):
+    manifest = steps.load_manifest(two_chapter_repo(tmp_path))
+    warnings = [p.message for p in steps.validate(manifest) if not p.error]
+    assert warnings == [
+        f"{PKG}__init__.py:5: a `before ch02` block leaves older code, commented out, in the "
+        f"source tree: keep that version whole at tools/chapters/before-ch02/{PKG}__init__.py "
+        f"and list {PKG}__init__.py under chapter 2's `rewrites`"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
 # check: a chapter sees nothing from later chapters, nor the installed package
 
 

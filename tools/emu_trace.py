@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import emu_kernels
+import emu_runner
 import safetensors.torch
 import torch
 from flashinfer_bench.data import (
@@ -63,7 +63,7 @@ from flashinfer_bench.data import (
     save_jsonl_file,
 )
 
-CSRC_DIR = emu_kernels.CSRC_DIR
+CSRC_DIR = emu_runner.CSRC_DIR
 TORCH_OPS = CSRC_DIR.parent / "torch_ops.py"
 WORKLOAD_NAMESPACE = uuid.UUID("6d696e69-7367-6c2d-6368-313900000000")  # "minisgl-ch19"
 EMULATOR_NOTE = ("Evaluated on the minisgl CPU emulator (tools/emu_kernels.py), which checks "
@@ -538,7 +538,7 @@ def run_on_emulator(case: Case, definition: Definition, workload: Workload,
                                    threads_line=launch.threads_line)
     source += case.driver_main(launch)
     # A stable path per workload: the emulator caches the binary by source and path.
-    driver = emu_kernels.cache_root() / "trace" / f"{definition.name}_{workload.uuid[:8]}.cu"
+    driver = emu_runner.cache_root() / "trace" / f"{definition.name}_{workload.uuid[:8]}.cu"
     driver.parent.mkdir(parents=True, exist_ok=True)
     if not driver.exists() or driver.read_text(encoding="utf-8") != source:
         driver.write_text(source, encoding="utf-8")
@@ -547,7 +547,7 @@ def run_on_emulator(case: Case, definition: Definition, workload: Workload,
             if isinstance(value, torch.Tensor):
                 (Path(io_dir) / f"{name}.bin").write_bytes(raw_bytes(value))
         with _env("MINISGL_TRACE_IO", io_dir):
-            result = emu_kernels.execute(driver, echo=False)
+            result = emu_runner.execute(driver, echo=False)
         log = (result.stdout + result.stderr).strip()
         if not result.ok:
             return None, f"{result.summary()}\n{log}".strip()
@@ -624,8 +624,8 @@ def write_trace_set(root: str | Path, programs: list[Path]) -> bool:
     """Writes the set for those of `programs` that CASES knows; True iff every evaluation passed.
     Files of an earlier run in `root` are replaced, other files are left alone."""
     root = Path(root)
-    emu_libs = {"torch": torch.__version__, "host compiler": emu_kernels.compiler_id(),
-                "emulator runtime": emu_kernels.runtime_digest()[:12]}
+    emu_libs = {"torch": torch.__version__, "host compiler": emu_runner.compiler_id(),
+                "emulator runtime": emu_runner.runtime_digest()[:12]}
     definitions: dict[str, Definition] = {}
     workloads: dict[str, list[Trace]] = {}
     traces: dict[str, list[Trace]] = {}

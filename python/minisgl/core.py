@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
-
-# >>> ch06
-if TYPE_CHECKING:  # the backend's module imports this one
-    from minisgl.attention.base import BaseAttnBackend
-# <<< ch06
-
 
 # Below this, dividing fp32 logits by the temperature can overflow to inf (and softmax to NaN);
 # the API server sends such temperatures as greedy, as the sampler's argmax would pick anyway.
@@ -149,6 +143,14 @@ class Batch:
         return len(self.reqs)
 
 
+class AttentionBackend(Protocol):
+    """What an attention layer asks of the backend (attention/base.py's BaseAttnBackend is one).
+    This module names only this, so it never imports the backends, which import it."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                batch: Batch) -> torch.Tensor: ...
+
+
 @dataclass
 class Context:
     """What a layer deep inside the model needs during a forward pass: the batch and the backend.
@@ -157,7 +159,7 @@ class Context:
     batch here. Set by the engine; the batch is only present inside `forward_batch`.
     """
 
-    attn_backend: BaseAttnBackend
+    attn_backend: AttentionBackend
     batch: Batch | None = None
 
     @contextmanager

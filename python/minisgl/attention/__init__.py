@@ -9,10 +9,8 @@ from minisgl.kvcache.mha_pool import MHAKVCache
 from .base import BaseAttnBackend
 from .torch_native import TorchNativeBackend
 
-# >>> ch20
 from .triton import TritonBackend
 
-# <<< ch20
 
 BACKENDS = {"torch": TorchNativeBackend}
 # >>> ch20

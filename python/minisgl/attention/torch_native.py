@@ -19,9 +19,7 @@ import torch.nn.functional as F
 
 from minisgl.core import Batch
 from minisgl.kvcache.mha_pool import MHAKVCache
-# >>> ch21
 from minisgl.trace.runtime import traced
-# <<< ch21
 
 from .base import BaseAttnBackend
 
@@ -89,9 +87,7 @@ class TorchNativeBackend(BaseAttnBackend):
                              device=device)
         return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer)
 
-    # >>> ch21
     @traced("attention")
-    # <<< ch21
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)

@@ -39,9 +39,7 @@ from minisgl.utils.transfer import to_device
 
 from .sample import top_k_top_p_filter
 
-# >>> ch21
 from minisgl.trace.runtime import traced
-# <<< ch21
 
 MASK32 = 0xFFFFFFFF
 
@@ -85,7 +83,6 @@ def inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor, fallback: torch.Ten
     return torch.where(ok, token, fallback)
 
 
-# >>> ch21
 @traced("sampling")
 def sample_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                        u: torch.Tensor) -> torch.Tensor:
@@ -95,7 +92,6 @@ def sample_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
     return inverse_cdf_sample(filtered.softmax(dim=-1), u, fallback=logits.argmax(dim=-1))
 
 
-# <<< ch21
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor,
                     presence: torch.Tensor, frequency: torch.Tensor, repetition: torch.Tensor
                     ) -> torch.Tensor:
@@ -232,19 +228,11 @@ class DeviceSampler:
     def _draw(self, logits: torch.Tensor, greedy: torch.Tensor, rows_host: torch.Tensor,
               rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         scaled = logits / self.temperature[rows].unsqueeze(1)
-        # >>> before ch21
-        # if bool(self.filtered_host[rows_host].any()):
-        #     scaled = top_k_top_p_filter(scaled, self.top_k[rows], self.top_p[rows])
-        # u = uniform_from(self.seed32[rows], positions)
-        # sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
-        # <<< before ch21
-        # >>> ch21
         u = uniform_from(self.seed32[rows], positions)
         if bool(self.filtered_host[rows_host].any()):  # one traced op (chapter 21)
             sampled = sample_top_k_top_p(scaled, self.top_k[rows], self.top_p[rows], u)
         else:
             sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
-        # <<< ch21
         return torch.where(self.greedy[rows], greedy, sampled)
 
     def logprobs(self, logits: torch.Tensor, rows_host: torch.Tensor, tokens: torch.Tensor

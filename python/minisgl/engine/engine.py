@@ -17,9 +17,7 @@ copies of step N+1 can run beside step N; here the copies are a few kilobytes qu
 
 from __future__ import annotations
 
-# >>> ch17
 import random
-# <<< ch17
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -27,9 +25,7 @@ import torch
 
 from minisgl.attention import create_attn_backend
 from minisgl.core import Batch, Context, set_global_ctx
-# >>> ch17
 from minisgl.distributed import broadcast_int, get_tp_info, kv_heads_per_rank, min_over_ranks
-# <<< ch17
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
@@ -40,10 +36,8 @@ from .config import EngineConfig
 from .device_sample import DeviceSampler, TokenLogprobs
 from .graph import GraphRunner, cuda_graph_sizes
 
-# >>> ch21
 from minisgl.trace.session import trace_session
 
-# <<< ch21
 
 logger = init_logger(__name__)
 
@@ -97,15 +91,10 @@ class Engine:
         self.model = load_model(config.model_path, dtype=config.dtype, device=self.device,
                                 dummy_weight=config.dummy_weight, config=self.model_config)
         mc = self.model_config
-        # >>> before ch17
-        # self.num_qo_heads, self.num_kv_heads = mc.num_qo_heads, mc.num_kv_heads
-        # <<< before ch17
-        # >>> ch17
         # With tensor parallelism this rank holds (and caches K/V for) its own heads only.
         tp = get_tp_info()
         self.num_qo_heads = mc.num_qo_heads // tp.size
         self.num_kv_heads = kv_heads_per_rank(mc.num_kv_heads, tp.size)
-        # <<< ch17
         self.page_size = config.page_size
         self.num_pages = config.num_pages or self._pages_that_fit()
         pool_pages = self.num_pages
@@ -129,18 +118,12 @@ class Engine:
                                                 self.num_kv_heads)
         self.ctx = Context(attn_backend=self.attn_backend)
         set_global_ctx(self.ctx)
-        # >>> before ch17
-        # self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=config.seed,
-        #                              vocab_size=mc.vocab_size)
-        # <<< before ch17
-        # >>> ch17
         # Every rank samples, and all must draw the same tokens: rank 0's seed goes to all.
         seed = config.seed
         if tp.size > 1:
             seed = broadcast_int(random.SystemRandom().getrandbits(63) if seed is None else seed)
         self.sampler = DeviceSampler(config.max_running_reqs, self.device, seed=seed,
                                      vocab_size=mc.vocab_size)
-        # <<< ch17
         # next_tokens[row] = the token last sampled for the request in that page-table row: the
         # input of its next decode step, which therefore never waits for the host to know it.
         self.next_tokens = torch.zeros(config.max_running_reqs, dtype=torch.int64,
@@ -169,9 +152,7 @@ class Engine:
         else:
             budget = self.config.cpu_kv_bytes
         pages = budget // (self._kv_bytes_per_token() * self.page_size)
-        # >>> ch17
         pages = min_over_ranks(pages)  # every rank must hold the same pages for the same tokens
-        # <<< ch17
         if pages < 1:
             raise RuntimeError("not enough memory for a single KV page")
         return pages

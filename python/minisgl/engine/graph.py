@@ -29,10 +29,8 @@ from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.models.base import CausalLM
 from minisgl.utils import init_logger
 
-# >>> ch21
 from minisgl.trace.runtime import pause_recording, resume_recording, wants_eager
 
-# <<< ch21
 
 logger = init_logger(__name__)
 

@@ -8,56 +8,41 @@ import torch
 
 from . import torch_ops
 
-# >>> ch19
 from .cuda_ext import extension_for
 
-# <<< ch19
-# >>> ch20
 from functools import cache
 from types import ModuleType
 
 from minisgl.env import load_env
 
-# <<< ch20
-# >>> ch21
 from minisgl.trace.runtime import traced
 
-# <<< ch21
 
 
-# >>> ch21
 @traced("store_kv")
-# <<< ch21
 def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor) -> None:
     """Write the new tokens' K and V rows into the KV pool at slots `indices`."""
-    # >>> ch19
     if (ext := extension_for(k)) is not None:
         n = k.shape[0]
         ext.store_kv(k_cache.view(k_cache.shape[0], -1), v_cache.view(v_cache.shape[0], -1),
                      indices.int(), k.reshape(n, -1), v.reshape(n, -1),
                      torch.cuda.current_stream().cuda_stream)
         return
-    # <<< ch19
     torch_ops.store_cache(k_cache, v_cache, indices, k, v)
 
 
-# >>> ch21
 @traced("embedding")
-# <<< ch21
 def indexing(weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
              length: int | None = None) -> torch.Tensor:
     """Embedding lookup of a (possibly vocabulary-sharded) table; see torch_ops.indexing."""
-    # >>> ch19
     if (ext := extension_for(weight)) is not None:
         rows = weight.shape[0] if length is None else length
         return ext.indexing(weight, ids.int().flatten(), start, rows,
                             torch.cuda.current_stream().cuda_stream).view(*ids.shape, -1)
-    # <<< ch19
     return torch_ops.indexing(weight, ids, start, length)
 
 
-# >>> ch20
 
 
 @cache
@@ -76,5 +61,4 @@ def triton_for(t: torch.Tensor) -> ModuleType | None:
     return _fused_kernels() if t.is_cuda else None
 
 
-# <<< ch20
 __all__ = ["indexing", "store_cache"]

@@ -8,26 +8,17 @@ from .base import BasePrefixCache, InsertResult, MatchResult
 from .mha_pool import KVPoolConfig, MHAKVCache
 from .naive_cache import NaiveCache
 
-# >>> ch10
 from .radix_cache import RadixCache
 
-# <<< ch10
 
-# >>> before ch10
-# PREFIX_CACHE_KINDS = ("naive",)
-# <<< before ch10
-# >>> ch10
 PREFIX_CACHE_KINDS = ("radix", "naive")
-# <<< ch10
 
 
 def create_prefix_cache(kind: str, page_size: int, *,
                         device: torch.device | str = "cpu") -> BasePrefixCache:
     """The prefix cache named by `kind` ("radix" shares prefixes, "naive" never does)."""
-    # >>> ch10
     if kind == "radix":
         return RadixCache(page_size, device=device)
-    # <<< ch10
     if kind == "naive":
         return NaiveCache(page_size, device=device)
     raise ValueError(f"unknown prefix cache {kind!r}; choose one of {', '.join(PREFIX_CACHE_KINDS)}")
@@ -41,8 +32,6 @@ __all__ = [
     "MatchResult",
     "NaiveCache",
     "PREFIX_CACHE_KINDS",
-    # >>> ch10
     "RadixCache",
-    # <<< ch10
     "create_prefix_cache",
 ]

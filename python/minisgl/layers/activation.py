@@ -5,19 +5,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# >>> ch20
 from minisgl.kernel import triton_for
 
-# <<< ch20
-# >>> ch21
 from minisgl.trace.runtime import traced
 
-# <<< ch21
 
 
-# >>> ch21
 @traced("silu_and_mul")
-# <<< ch21
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     # >>> ch20
     if (fused := triton_for(x)) is not None:  # on a GPU: one Triton kernel (chapter 20)

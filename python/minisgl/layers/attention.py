@@ -11,18 +11,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# >>> ch06
 from minisgl.core import get_global_ctx
 
-# <<< ch06
-# >>> ch20
 from minisgl.kernel import triton_for
 
-# <<< ch20
-# >>> ch21
 from minisgl.trace.runtime import traced
 
-# <<< ch21
 from .base import BaseOP
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
@@ -52,9 +46,7 @@ class AttentionLayer(BaseOP):
         # <<< ch06
         return self._causal_attention(q, k, v).reshape(-1, q_size)
 
-    # >>> ch21
     @traced("rope")
-    # <<< ch21
     def _qkv_normed_and_rotated(self, qkv: torch.Tensor, positions: torch.Tensor
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v as [tokens, heads, head_dim]; q and k normalised per head (Qwen3), then

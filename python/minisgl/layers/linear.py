@@ -16,33 +16,26 @@ while the checkpoint is read).
 
 from __future__ import annotations
 
-# >>> ch20
 from types import ModuleType
 
-# <<< ch20
 import torch
 import torch.nn.functional as F
 
 from minisgl.distributed import all_reduce, divide, get_tp_info, kv_heads_per_rank
 
-# >>> ch20
 from minisgl.kernel import triton_for
 
-# <<< ch20
 from .base import BaseOP
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
            ) -> torch.Tensor:
     """x W^T + b."""
-    # >>> ch20
     # One token on a GPU (a batch-1 decode step): chapter 20's GEMV reads the weight at close to
     # the memory's speed, where cuBLAS's kernels for one row leave much of it unused.
     if (fused := one_token_kernels(x)) is not None:
         return fused.gemv(x, weight, bias)
-    # <<< ch20
     return F.linear(x, weight, bias)
-# >>> ch20
 
 
 def one_token_kernels(x: torch.Tensor) -> ModuleType | None:
@@ -51,7 +44,6 @@ def one_token_kernels(x: torch.Tensor) -> ModuleType | None:
     if x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous():
         return triton_for(x)
     return None
-# <<< ch20
 
 
 class _Linear(BaseOP):
@@ -107,7 +99,6 @@ class LinearRowParallel(_Linear):
             return linear(x, self.weight, self.bias)
         y = all_reduce(linear(x, self.weight))
         return y if self.bias is None else y + self.bias
-    # >>> ch20
 
     def forward_silu_and_mul(self, fused: ModuleType, gate_up: torch.Tensor) -> torch.Tensor:
         """forward(silu_and_mul(gate_up)) for one token on a GPU, SiLU-and-mul computed inside
@@ -118,4 +109,3 @@ class LinearRowParallel(_Linear):
             return fused.gemv_silu_and_mul(gate_up, self.weight, self.bias)
         y = all_reduce(fused.gemv_silu_and_mul(gate_up, self.weight))
         return y if self.bias is None else y + self.bias
-    # <<< ch20

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import torch
 
-# >>> ch20
 from minisgl.kernel import triton_for
 
-# <<< ch20
-# >>> ch21
 from minisgl.trace.runtime import traced
 
-# <<< ch21
 from .base import BaseOP
 
 
@@ -32,9 +28,7 @@ class RMSNorm(BaseOP):
         self.weight = torch.empty(size)
         self.eps = eps
 
-    # >>> ch21
     @traced("rmsnorm")
-    # <<< ch21
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps)
 
@@ -46,9 +40,7 @@ class RMSNormFused(RMSNorm):
     itself becomes the residual. Fusing the add saves one pass over memory in a real kernel.
     """
 
-    # >>> ch21
     @traced("fused_add_rmsnorm")
-    # <<< ch21
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         # >>> ch20

@@ -6,11 +6,9 @@ plain text (encoded as is, no chat template) or token-id lists.
 
 from __future__ import annotations
 
-# >>> ch16
 import dataclasses
 import random
 
-# <<< ch16
 import sys
 from typing import Any
 
@@ -19,22 +17,15 @@ from tqdm import tqdm
 
 from minisgl.core import SamplingParams, TokenOutput
 from minisgl.engine.config import default_device, resolve_dtype
-# >>> ch16
 from minisgl.env import load_env
-# <<< ch16
-# >>> ch17
 from minisgl.distributed import destroy_tp, init_tp
 from minisgl.message import UserMsg
-# <<< ch17
 from minisgl.scheduler import Scheduler, SchedulerConfig
-# >>> ch17
-from minisgl.scheduler.tp import OfflineRanks
-# <<< ch17
+from minisgl.scheduler.offline_ranks import OfflineRanks
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
 
 
-# >>> ch16
 # The official mini-sglang's keyword names (EngineConfig / SchedulerConfig at 20fcd7f) and ours,
 # so that scripts written for it, such as its benchmark/offline/bench.py, run unchanged.
 OFFICIAL_KWARGS = {
@@ -73,12 +64,10 @@ def config_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# <<< ch16
 class LLM:
     def __init__(self, model_path: str, dtype: str | torch.dtype = "auto",
                  device: str | None = None, **kwargs: Any) -> None:
         device = device or default_device()
-        # >>> ch16
         # Starting the engine must not draw from the caller's `random` numbers: the official
         # bench.py seeds them, builds the LLM, then draws its workload, and on the H200 something
         # in the start-up (a library, not minisgl) drew from them, so its workload differed
@@ -88,12 +77,10 @@ class LLM:
         # MINISGL_DUMMY_WEIGHT=1: random weights without a code change (the official bench.py
         # names Qwen/Qwen3-0.6B, whose weights this package does not bundle)
         kwargs.setdefault("dummy_weight", load_env().dummy_weight)
-        # <<< ch16
         path = resolve_model(model_path, dummy_weight=kwargs.get("dummy_weight", False))
         self.tokenizer = load_tokenizer(path)
         config = SchedulerConfig(model_path=str(path), dtype=resolve_dtype(dtype, device),
                                  device=device, **kwargs)
-        # >>> ch17
         # tp_size=N: this process is rank 0 and N-1 spawned processes are the others; before
         # each step they get the requests added since the last one (scheduler/tp.py).
         self._ranks = OfflineRanks(config, config.tp_size) if config.tp_size > 1 else None
@@ -101,11 +88,8 @@ class LLM:
         if self._ranks is not None:
             config = dataclasses.replace(config, device=self._ranks.rank0.device(device))
             init_tp(0, config.tp_size, self._ranks.rank0.init_method, config.device)
-        # <<< ch17
         self.scheduler = Scheduler(config)  # EOS ids from the model's config (ModelConfig)
-        # >>> ch16
         random.setstate(caller_random)
-        # <<< ch16
 
     def generate(self, prompts: list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
@@ -123,10 +107,8 @@ class LLM:
 
     def _add(self, input_ids: list[int], params: SamplingParams) -> int:
         uid = self.scheduler.add_request(input_ids, params)
-        # >>> ch17
         if self._ranks is not None:
             self._pending.append(UserMsg(uid, input_ids, params))
-        # <<< ch17
         return uid
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
@@ -142,11 +124,9 @@ class LLM:
         with tqdm(total=len(uids), desc="generate", unit="req", file=sys.stderr,
                   disable=not show_progress) as bar:
             while len(results) < len(uids):
-                # >>> ch17
                 if self._ranks is not None:  # the other ranks add the same and step with us
                     self._ranks.send(self._pending)
                     self._pending = []
-                # <<< ch17
                 for out in self.scheduler.step():
                     if out.uid not in uids:
                         continue
@@ -167,9 +147,7 @@ class LLM:
 
     def shutdown(self) -> None:
         self.scheduler.shutdown()
-        # >>> ch17
         if self._ranks is not None:
             self._ranks.shutdown()
             self._ranks = None
             destroy_tp()
-        # <<< ch17

@@ -11,10 +11,8 @@ Tokens are flattened: input_ids and positions are 1-D over all tokens of the ste
 
 from __future__ import annotations
 
-# >>> ch20
 from types import ModuleType
 
-# <<< ch20
 import torch
 
 from minisgl.layers import (
@@ -31,20 +29,15 @@ from minisgl.layers import (
     VocabParallelEmbedding,
     silu_and_mul,
 )
-# >>> ch20
 from minisgl.layers.linear import one_token_kernels
 
-# <<< ch20
-# >>> ch18
 from minisgl.moe.layer import SparseMoeBlock
 
-# <<< ch18
 from minisgl.utils.registry import Registry
 
 from .config import ModelConfig
 
 
-# >>> ch20
 def _norm_then_linear(fused: ModuleType, norm: RMSNormFused,
                       proj: LinearQKVMerged | LinearColParallelMerged, x: torch.Tensor,
                       residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,37 +47,25 @@ def _norm_then_linear(fused: ModuleType, norm: RMSNormFused,
     return fused.gemv_rmsnorm(x, proj.weight, proj.bias, norm.weight, norm.eps, residual)
 
 
-# <<< ch20
 class SelfAttention(BaseOP):
     def __init__(self, layer_id: int, config: ModelConfig, rotary: RotaryEmbedding) -> None:
         c = config
         self.qkv_proj = LinearQKVMerged(c.hidden_size, c.head_dim, c.num_qo_heads, c.num_kv_heads,
                                         bias=c.attention_bias)
         norms = (RMSNorm(c.head_dim, c.rms_norm_eps), RMSNorm(c.head_dim, c.rms_norm_eps))
-        # >>> before ch17
-        # self.attn = AttentionLayer(layer_id, c.num_qo_heads, c.num_kv_heads, c.head_dim, rotary,
-        #                            *(norms if c.use_qk_norm else (None, None)))
-        # <<< before ch17
-        # >>> ch17
         # With tensor parallelism this rank attends with its own heads only (qkv_proj knows them).
         self.attn = AttentionLayer(layer_id, self.qkv_proj.num_qo_heads,
                                    self.qkv_proj.num_kv_heads, c.head_dim, rotary,
                                    *(norms if c.use_qk_norm else (None, None)))
-        # <<< ch17
         self.o_proj = LinearRowParallel(c.num_qo_heads * c.head_dim, c.hidden_size)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # >>> before ch20
-        # return self.o_proj.forward(self.attn.forward(self.qkv_proj.forward(x), positions))
-        # <<< before ch20
-        # >>> ch20
         return self.forward_qkv(self.qkv_proj.forward(x), positions)
 
     def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The block after the q/k/v projection: attention, then o_proj (the one-token path of
         DecoderLayer computes qkv itself, with the RMSNorm before it in the same kernel)."""
         return self.o_proj.forward(self.attn.forward(qkv, positions))
-        # <<< ch20
 
     def named_weights(self, prefix: str = ""):
         # Hugging Face keeps q_norm/k_norm directly under self_attn, not under an "attn" child.
@@ -102,7 +83,6 @@ class MLP(BaseOP):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj.forward(silu_and_mul(self.gate_up_proj.forward(x)))
-    # >>> ch20
 
     def forward_one_token(self, fused: ModuleType, x: torch.Tensor, residual: torch.Tensor,
                           norm: RMSNormFused) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +90,6 @@ class MLP(BaseOP):
         gate_up_proj's GEMV, SiLU-and-mul inside down_proj's."""
         gate_up, residual = _norm_then_linear(fused, norm, self.gate_up_proj, x, residual)
         return self.down_proj.forward_silu_and_mul(fused, gate_up), residual
-    # <<< ch20
 
 
 class DecoderLayer(BaseOP):
@@ -119,12 +98,7 @@ class DecoderLayer(BaseOP):
         self.input_layernorm = RMSNormFused(config.hidden_size, eps)
         self.self_attn = SelfAttention(layer_id, config, rotary)
         self.post_attention_layernorm = RMSNormFused(config.hidden_size, eps)
-        # >>> before ch18
-        # self.mlp = MLP(config)
-        # <<< before ch18
-        # >>> ch18
         self.mlp = SparseMoeBlock(config) if config.is_moe_layer(layer_id) else MLP(config)
-        # <<< ch18
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,15 +108,12 @@ class DecoderLayer(BaseOP):
         # a trace records them, and apply swaps them, for prefill and larger batches only (and
         # the norm before a MoE block, which stays a kernel of its own).
         # <<< ch21
-        # >>> ch20
         if (fused := one_token_kernels(x)) is not None:
             return self._forward_one_token(fused, x, residual, positions)
-        # <<< ch20
         x, residual = self.input_layernorm.forward(x, residual)
         x = self.self_attn.forward(x, positions)
         x, residual = self.post_attention_layernorm.forward(x, residual)
         return self.mlp.forward(x), residual
-    # >>> ch20
 
     def _forward_one_token(self, fused: ModuleType, x: torch.Tensor,
                            residual: torch.Tensor | None, positions: torch.Tensor
@@ -159,7 +130,6 @@ class DecoderLayer(BaseOP):
         # experts: the norm stays a kernel of its own
         x, residual = self.post_attention_layernorm.forward(x, residual)
         return self.mlp.forward(x), residual
-    # <<< ch20
 
 
 class DecoderModel(BaseOP):

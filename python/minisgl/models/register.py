@@ -8,10 +8,8 @@ from minisgl.utils.misc import MinisglError
 
 from . import llama, qwen2, qwen3  # noqa: F401  (importing them registers them in MODELS)
 
-# >>> ch18
 from . import qwen3_moe  # noqa: F401
 
-# <<< ch18
 from .base import MODELS, CausalLM
 from .config import ModelConfig
 

@@ -13,18 +13,14 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-# >>> ch17
 from minisgl.distributed import get_tp_info
-# <<< ch17
 from minisgl.utils import init_logger
 from minisgl.utils.misc import MinisglError
 
 from .base import CausalLM
 from .config import ModelConfig
 from .register import create_model
-# >>> ch17
 from .shard import cut_for, read_cut
-# <<< ch17
 
 # (merged name, checkpoint name, position in the merged weight)
 STACKED = [
@@ -46,18 +42,12 @@ def _merged_name(name: str) -> tuple[str, int] | None:
     return None
 
 
-# >>> before ch17
-# def iter_checkpoint(model_dir: Path):
-#     """Yield (name, tensor) from every *.safetensors file, with one clear error per bad file."""
-# <<< before ch17
-# >>> ch17
 def iter_checkpoint(model_dir: Path, config: ModelConfig | None = None):
     """Yield (name, tensor) from every *.safetensors file, with one clear error per bad file.
 
     With tensor parallelism and `config` given, each tensor is read as this rank's slice only
     (models/shard.py), so no rank ever holds a whole sharded weight."""
     tp = get_tp_info()
-# <<< ch17
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise MinisglError(f"{model_dir} has no *.safetensors files (use --dummy-weight to run "
@@ -66,16 +56,11 @@ def iter_checkpoint(model_dir: Path, config: ModelConfig | None = None):
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
                 for name in f.keys():
-                    # >>> before ch17
-                    # yield name, f.get_tensor(name)
-                    # <<< before ch17
-                    # >>> ch17
                     if config is None or tp.size == 1:
                         yield name, f.get_tensor(name)
                         continue
                     part = f.get_slice(name)
                     yield name, read_cut(part, cut_for(name, part.get_shape(), config, tp))
-                    # <<< ch17
         except MinisglError:
             raise
         except Exception as e:  # safetensors raises its own error type for broken files
@@ -87,12 +72,7 @@ def load_hf_weights(model_dir: Path, config: ModelConfig) -> dict[str, torch.Ten
     """The checkpoint as our model's state dict (merged groups, tied head dropped), on CPU."""
     out: dict[str, torch.Tensor] = {}
     pending: dict[str, dict[int, torch.Tensor]] = {}
-    # >>> before ch17
-    # for name, tensor in iter_checkpoint(model_dir):
-    # <<< before ch17
-    # >>> ch17
     for name, tensor in iter_checkpoint(model_dir, config):
-    # <<< ch17
         if name.endswith("rotary_emb.inv_freq"):
             continue  # old checkpoints saved the RoPE table; we compute it
         if name == "lm_head.weight" and config.tie_word_embeddings:

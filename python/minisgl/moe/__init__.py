@@ -13,9 +13,7 @@ import torch
 from .routing import route
 from .torch_ref import experts_torch
 
-# >>> ch21
 from minisgl.trace.runtime import traced
-# <<< ch21
 
 BACKENDS = ("auto", "torch", "triton")
 
@@ -28,9 +26,7 @@ def resolve_backend(backend: str, x: torch.Tensor) -> str:
     return backend
 
 
-# >>> ch21
 @traced("moe")
-# <<< ch21
 def fused_moe(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
               top_k: int, normalize: bool, backend: str = "auto") -> torch.Tensor:
     """The MoE block's output for x [T, H]: route with router_logits [T, E], then the weighted

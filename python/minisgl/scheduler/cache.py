@@ -14,10 +14,8 @@ import torch
 from minisgl.core import Req
 from minisgl.kvcache import BasePrefixCache
 from minisgl.utils import cdiv
-# >>> ch16
 from minisgl.utils.transfer import copy_to_device
 
-# <<< ch16
 
 
 class CacheManager:
@@ -26,15 +24,10 @@ class CacheManager:
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_table = page_table
-        # >>> before ch16
-        # self.host_table = page_table  # what the scheduler reads
-        # <<< before ch16
-        # >>> ch16
         # The scheduler reads a copy of the page table kept on the host: reading the device table
         # would make the CPU wait for the step in flight (chapter 16). Writes go to both.
         self.host_table = page_table if page_table.device.type == "cpu" else \
             torch.zeros_like(page_table, device="cpu")
-        # <<< ch16
         self.prefix_cache = prefix_cache
         self._free_pages = list(range(num_pages - 1, -1, -1))
 
@@ -89,11 +82,9 @@ class CacheManager:
     def _set_slots(self, row: int, start: int, slots: torch.Tensor) -> None:
         """page_table[row, start : start + len(slots)] = slots."""
         self.host_table[row, start : start + len(slots)] = slots
-        # >>> ch16
         if self.host_table is not self.page_table:
             copy_to_device(self.page_table[row, start : start + len(slots)],
                            self.host_table[row, start : start + len(slots)])
-        # <<< ch16
 
     def release(self, req: Req, finished: bool) -> None:
         """Offer the request's computed prefix to the prefix cache; free what no one keeps.

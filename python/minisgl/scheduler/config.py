@@ -13,12 +13,7 @@ CPU_PREFILL_LENGTH = 512
 
 @dataclass
 class SchedulerConfig(EngineConfig):
-    # >>> before ch10
-    # cache_type: str = "naive"  # the radix cache that shares prefixes arrives in chapter 10
-    # <<< before ch10
-    # >>> ch10
     cache_type: str = "radix"  # "radix" shares prefixes between requests, "naive" never does
-    # <<< ch10
     # Token budget of one prefill batch (chunked prefill); None: 8192 on a GPU (as the official
     # engine), 512 on a CPU, where one 512-token chunk late in an 8k prompt already takes
     # seconds and every running request waits for it (docs/chapters/ch09.md has the figures).

@@ -41,22 +41,13 @@ class PrefillManager:
         new request does not immediately force one of them out.
         """
         reqs: list[Req] = []
-        # >>> ch09
         if self.waiting and self.waiting[0].table_idx >= 0:  # the head is part-way
             budget -= self._short_ones_first(budget // 2, reserve_tokens, reqs)
-        # <<< ch09
         for req in list(self.waiting):
             fresh = req.table_idx < 0
             if budget <= 0 or (fresh and not self._admit(req)):
                 break
-            # >>> before ch09
-            # chunk = len(req.input_ids) - req.cached_len
-            # if reqs and chunk > budget:
-            #     break  # a prompt past the budget waits for a batch of its own
-            # <<< before ch09
-            # >>> ch09
             chunk = min(len(req.input_ids) - req.cached_len, budget)
-            # <<< ch09
             if not self._allocate(req, chunk, reserve_tokens):
                 if fresh:  # hold nothing while waiting, so waiting requests cannot deadlock
                     self._unadmit(req)
@@ -64,10 +55,8 @@ class PrefillManager:
             req.extend_len = chunk
             reqs.append(req)
             budget -= chunk
-            # >>> ch09
             if req.cached_len + chunk < len(req.input_ids):
                 break  # a chunked request must be the last of its batch
-            # <<< ch09
             self.waiting.popleft()
         return Batch(reqs, "prefill") if reqs else None
 
@@ -75,7 +64,6 @@ class PrefillManager:
         """Slots for the request's next `chunk` tokens, if that leaves reserve_tokens free."""
         return self.cache.available_tokens - chunk >= reserve_tokens and \
             self.cache.allocate(req, req.cached_len + chunk)
-    # >>> ch09
 
     def _short_ones_first(self, budget: int, reserve_tokens: int, reqs: list[Req]) -> int:
         """While the head of the queue is part-way through a chunked prefill, the prompts that
@@ -99,7 +87,6 @@ class PrefillManager:
             used += chunk
             self.waiting.remove(req)
         return used
-    # <<< ch09
 
     def _admit(self, req: Req) -> bool:
         """Give a waiting request its page-table row and its cached prefix."""

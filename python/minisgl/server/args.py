@@ -37,13 +37,11 @@ class ServerArgs(SchedulerConfig):
     api_key: str | None = None  # None: no key needed
     log_level: str | None = None  # None: MINISGL_LOG_LEVEL, else INFO
     log_interval: float = 10.0  # seconds between two lines of the busy log; 0 turns it off
-    # >>> ch17
     # Ranks on several machines: each runs the launcher with the same --tp, --nnodes and
     # --dist-init-addr (host:port of node 0, reachable from the others) and its own --node-rank.
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None  # None: a free port on 127.0.0.1 (one machine)
-    # <<< ch17
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,7 +60,6 @@ class ServerArgs(SchedulerConfig):
                              "spaces (it travels in an HTTP header)")
         if not self.log_interval >= 0:  # also rejects NaN
             raise ValueError(f"log_interval must be >= 0 seconds, got {self.log_interval}")
-        # >>> ch17
         if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"--node-rank {self.node_rank} is not one of --nnodes {self.nnodes}")
         if self.tp_size % self.nnodes:
@@ -74,7 +71,6 @@ class ServerArgs(SchedulerConfig):
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535 - self.tp_size:
                 raise ValueError(f"--dist-init-addr {self.dist_init_addr!r} must be HOST:PORT "
                                  f"with room for {self.tp_size} ports above PORT")
-        # <<< ch17
 
     def public_settings(self) -> dict[str, Any]:
         """The settings as JSON values, without the API key (/get_server_info shows them)."""
@@ -105,11 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="auto: bfloat16 on a GPU, float32 on a CPU")
     p.add_argument("--device", default=None, help="cuda or cpu (None: cuda when available)")
-    # >>> before ch17
-    # p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
-    #                help="tensor parallel size (only 1 until chapter 17)")
-    # <<< before ch17
-    # >>> ch17
     p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
                    help="tensor parallel size: scheduler processes, each with a slice of the "
                         "model (one GPU each)")
@@ -120,7 +111,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-init-addr", default=None,
                    help="HOST:PORT of node 0 where the ranks meet (None: 127.0.0.1 and a free "
                         "port, one machine); ports PORT+1.. carry rank 0's messages")
-    # <<< ch17
     p.add_argument("--dummy-weight", action="store_true",
                    help="random weights with the real architecture (no checkpoint needed)")
     p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
@@ -131,11 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: triton on a GPU, torch on a CPU")
     p.add_argument("--page-size", type=int, default=ServerArgs.page_size,
                    help="tokens per KV page")
-    # >>> ch15
     p.add_argument("--cuda-graph-max-bs", type=int, default=None,
                    help="decode batches up to this size run as CUDA graphs (GPU with triton "
                         "attention; None: 256 or --max-running-requests if smaller; 0: off)")
-    # <<< ch15
     # >>> ch21
     p.add_argument("--trace-dir", default=None,
                    help="record FlashInfer Trace workloads of every op into this folder while "
@@ -201,10 +189,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
     """The server's settings and whether to run the shell. A bad flag value raises FlagError, a
     model that cannot be found MinisglError."""
     ns = build_parser().parse_args(argv)
-    # >>> before ch17
-    # if ns.tp != 1:
-    #     raise FlagError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
-    # <<< before ch17
     if ns.device is not None:
         check_device(ns.device)
     if ns.model is None:
@@ -224,19 +208,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             max_body_bytes=ns.max_body_bytes, body_timeout=ns.body_timeout,
             served_model_name=ns.served_model_name,
             api_key=ns.api_key, log_level=ns.log_level, log_interval=ns.log_interval,
-            # >>> ch15
             cuda_graph_max_bs=ns.cuda_graph_max_bs,
-            # <<< ch15
             # >>> ch21
             trace_dir=ns.trace_dir,
             # <<< ch21
             # >>> ch22
             trace_set=ns.trace_set,
             # <<< ch22
-            # >>> ch17
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,
-            # <<< ch17
         )
     except ValueError as e:
         raise FlagError(str(e)) from None

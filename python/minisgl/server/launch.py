@@ -26,16 +26,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# >>> ch17
 from minisgl.distributed.local import free_port
 
-# <<< ch17
 from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
-# >>> ch17
 from minisgl.scheduler.tp import TPRank
 
-# <<< ch17
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.logger import set_log_level
@@ -87,21 +83,13 @@ class Workers:
         self.died: str | None = None  # the worker whose death brought the server down
         ctx = mp.get_context("spawn")  # a fresh interpreter: no copied locks, CUDA state or sockets
         self.procs: list[mp.process.BaseProcess] = [
-            # >>> before ch17
-            # ctx.Process(target=run_scheduler_process, name="scheduler",
-            #             args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready)),
-            # <<< before ch17
-            # >>> ch17
             *scheduler_ranks(ctx, args, addrs),
-            # <<< ch17
             ctx.Process(target=detokenize_worker, name="detokenizer",
                         args=(args.model_path, addrs.detokenizer, addrs.frontend, addrs.ready)),
         ]
-        # >>> ch17
         if args.node_rank > 0:  # another machine's ranks only: node 0 runs the frontend
             self.procs = [proc for proc in self.procs if proc.name.startswith("scheduler")]
             return
-        # <<< ch17
         for i, addr in enumerate(addrs.tokenizers):
             self.procs.append(ctx.Process(
                 target=tokenize_worker, name=f"tokenizer-{i}",
@@ -163,7 +151,6 @@ class Workers:
                 proc.join()
 
 
-# >>> ch17
 def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.BaseProcess]:
     """This machine's scheduler processes: rank 0 alone, or its share of the --tp ranks."""
     size = args.tp_size
@@ -185,7 +172,6 @@ def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.
             for rank in range(first, first + per_node)]
 
 
-# <<< ch17
 def bind_http_socket(host: str, port: int) -> socket.socket:
     """Take the port before loading anything, so a port in use fails in a second, not after."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -213,15 +199,10 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     # back to this handler after its own graceful shutdown.
     signal.signal(signal.SIGTERM, _stop_requested)
     set_process_title("shell" if run_shell else "api-server")
-    # >>> before ch17
-    # sock = None if run_shell else bind_http_socket(args.host, args.port)
-    # <<< before ch17
-    # >>> ch17
     frontend = args.node_rank == 0  # other machines run scheduler ranks only
     if not frontend:
         set_process_title(f"node{args.node_rank}")  # it serves no API itself
     sock = bind_http_socket(args.host, args.port) if frontend and not run_shell else None
-    # <<< ch17
     if args.log_level is not None:  # the workers read it when they start
         set_log_level(args.log_level)
     if run_shell:  # keep the workers' INFO lines out of the conversation
@@ -233,12 +214,10 @@ def launch(args: ServerArgs, run_shell: bool) -> int:
     try:
         workers = Workers(args, addrs)
         workers.start()
-        # >>> ch17
         if args.node_rank > 0:
             logger.info("node %d: scheduler ranks are up; node 0 serves", args.node_rank)
             while True:  # until a signal, or the watchdog reports a rank's death
                 time.sleep(3600)
-        # <<< ch17
         if run_shell:
             from minisgl.shell import run_shell as shell_main
 

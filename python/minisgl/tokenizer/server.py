@@ -30,10 +30,8 @@ from minisgl.message import (
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
-# >>> ch14
 from minisgl.utils.proctitle import set_process_title
 
-# <<< ch14
 from .detokenize import IncrementalDetokenizer
 from .tokenize import Tokenizer, load_tokenizer
 

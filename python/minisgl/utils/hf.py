@@ -15,10 +15,8 @@ from minisgl.utils.logger import init_logger
 from minisgl.utils.misc import MinisglError
 from minisgl.utils.offline import QWEN3_ID, SMOLLM2_ID, prepare_qwen3, prepare_smollm2
 
-# >>> ch18
 from minisgl.utils.offline import QWEN3_MOE_ID, prepare_qwen3_moe
 
-# <<< ch18
 
 DEFAULT_MODEL = QWEN3_ID
 FALLBACK_MODEL = SMOLLM2_ID

@@ -17,10 +17,8 @@ from minisgl.utils import init_logger
 
 from .config import EngineConfig
 
-# >>> ch15
 from .graph import GraphRunner, cuda_graph_sizes
 
-# <<< ch15
 from .sample import Sampler
 
 logger = init_logger(__name__)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# >>> ch05
 from minisgl import kernel
 
-# <<< ch05
 from .base import BaseOP
 
 
@@ -20,12 +18,7 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(vocab_size, hidden_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        # >>> before ch05
-        # return F.embedding(ids, self.weight)
-        # <<< before ch05
-        # >>> ch05
         return kernel.indexing(self.weight, ids)  # a custom CUDA kernel on GPUs (chapter 19)
-        # <<< ch05
 
 
 class ParallelLMHead(BaseOP):

@@ -27,10 +27,8 @@ from minisgl.message import (
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
 
-# >>> ch14
 from minisgl.utils.proctitle import set_process_title
 
-# <<< ch14
 from .config import SchedulerConfig
 from .scheduler import Scheduler
 

@@ -1,0 +1,188 @@
+"""Command-line flags of `python -m minisgl`, with the official mini-sglang's names.
+
+A flag with a wrong value is a FlagError: one line and exit code 2 (as argparse's own errors),
+found before anything is loaded. That includes --device cuda on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from minisgl.attention import BACKENDS
+from minisgl.engine.config import DTYPES, default_device, resolve_dtype
+from minisgl.kvcache import PREFIX_CACHE_KINDS
+from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.hf import default_model, resolve_model
+
+from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
+
+
+class FlagError(Exception):
+    """A flag's value cannot work; the message names the flag."""
+
+
+@dataclass
+class ServerArgs(SchedulerConfig):
+    model_name: str = ""  # what clients call the model ("model" in requests, /v1/models)
+    host: str = "127.0.0.1"  # loopback only unless --host says otherwise
+    port: int = 1919
+    num_tokenizer: int = 1
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies are refused (413)
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_S  # seconds for a body to arrive, else 408
+    served_model_name: str | None = None  # None: clients use model_name or the model's folder
+    api_key: str | None = None  # None: no key needed
+    log_level: str | None = None  # None: MINISGL_LOG_LEVEL, else INFO
+    log_interval: float = 10.0  # seconds between two lines of the busy log; 0 turns it off
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.num_tokenizer < 1:
+            raise ValueError(f"num_tokenizer must be >= 1, got {self.num_tokenizer}")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        if not 0 < self.body_timeout < float("inf"):  # also rejects NaN
+            raise ValueError(f"body_timeout must be finite and > 0 seconds, got {self.body_timeout}")
+        if self.served_model_name is not None and not self.served_model_name.strip():
+            raise ValueError("served_model_name must not be empty")
+        if self.api_key is not None and not _is_token(self.api_key):
+            raise ValueError("api_key must be 1 to 1024 printable ASCII characters without "
+                             "spaces (it travels in an HTTP header)")
+        if not self.log_interval >= 0:  # also rejects NaN
+            raise ValueError(f"log_interval must be >= 0 seconds, got {self.log_interval}")
+
+    def public_settings(self) -> dict[str, Any]:
+        """The settings as JSON values, without the API key (/get_server_info shows them)."""
+        settings = {k: v if isinstance(v, (str, int, float, bool, type(None))) else
+                    str(v).removeprefix("torch.") for k, v in asdict(self).items()
+                    if k != "api_key"}
+        settings["api_key_required"] = self.api_key is not None
+        return settings
+
+
+def _is_token(key: str) -> bool:
+    return 1 <= len(key) <= 1024 and all(33 <= ord(c) <= 126 for c in key)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minisgl",
+                                description="Serve a model over an OpenAI-compatible API, or chat "
+                                            "with it in the terminal (--shell).",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", "--model-path", dest="model", default=None,
+                   help="local folder or Hugging Face id (None: Qwen/Qwen3-0.6B if its weights "
+                        "are available, else the bundled HuggingFaceTB/SmolLM2-135M-Instruct)")
+    p.add_argument("--shell", "--shell-mode", dest="shell", action="store_true",
+                   help="chat in this terminal instead of serving HTTP")
+    p.add_argument("--host", default=ServerArgs.host,
+                   help="address to listen on (127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=ServerArgs.port, help="HTTP port")
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+                   help="auto: bfloat16 on a GPU, float32 on a CPU")
+    p.add_argument("--device", default=None, help="cuda or cpu (None: cuda when available)")
+    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
+                   help="tensor parallel size (only 1 until chapter 17)")
+    p.add_argument("--dummy-weight", action="store_true",
+                   help="random weights with the real architecture (no checkpoint needed)")
+    p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
+                   choices=PREFIX_CACHE_KINDS,
+                   help="prefix cache: radix shares prompt prefixes between requests")
+    p.add_argument("--attn", "--attention-backend", dest="attention_backend",
+                   default=ServerArgs.attention_backend, choices=["auto", *sorted(BACKENDS)],
+                   help="auto: triton on a GPU, torch on a CPU")
+    p.add_argument("--page-size", type=int, default=ServerArgs.page_size,
+                   help="tokens per KV page")
+    # >>> ch15
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None,
+                   help="decode batches up to this size run as CUDA graphs (GPU with triton "
+                        "attention; None: 256 or --max-running-requests if smaller; 0: off)")
+    # <<< ch15
+    p.add_argument("--num-pages", type=int, default=None,
+                   help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
+                        "size on a CPU)")
+    p.add_argument("--memory-ratio", type=float, default=ServerArgs.memory_ratio,
+                   help="GPU: share of the memory left after the weights used for the KV pool")
+    p.add_argument("--max-running-requests", dest="max_running_reqs", type=int,
+                   default=ServerArgs.max_running_reqs, help="largest decode batch")
+    p.add_argument("--max-prefill-length", type=int, default=ServerArgs.max_prefill_length,
+                   help="token budget of one prefill batch (longer prompts are chunked)")
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="context length (None: the model's max_position_embeddings)")
+    p.add_argument("--num-tokenizer", type=int, default=ServerArgs.num_tokenizer,
+                   help="tokenizer worker processes")
+    p.add_argument("--max-body-bytes", type=int, default=ServerArgs.max_body_bytes,
+                   help="largest request body accepted, in bytes (8 MiB); larger ones get 413 "
+                        "before they are read")
+    p.add_argument("--body-timeout", type=float, default=ServerArgs.body_timeout,
+                   help="seconds a request body may take to arrive after its headers; a slower "
+                        "one gets 408 and its connection is closed")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model's name in requests and replies (None: the --model value; "
+                        "its folder is accepted too)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every endpoint but /health "
+                        "(None: no key)")
+    p.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   type=str.upper, help="log level of every process (None: MINISGL_LOG_LEVEL, "
+                                        "else INFO; WARNING in --shell)")
+    p.add_argument("--log-interval", type=float, default=ServerArgs.log_interval,
+                   help="seconds between two lines of the busy log (decode throughput, running "
+                        "and waiting requests, KV usage), written only while busy; 0: off")
+    return p
+
+
+def check_device(device: str) -> None:
+    """The device must exist here: found now, not after seconds of loading in a worker."""
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        raise FlagError(f"--device {device}: not a device name (use cuda, cuda:N or cpu)") from None
+    if kind.type == "cpu":
+        return
+    if kind.type != "cuda":
+        raise FlagError(f"--device {device}: only cuda and cpu are supported")
+    if not torch.cuda.is_available():
+        raise FlagError(f"--device {device}: CUDA is not available on this machine "
+                        f"(torch {torch.__version__}); use --device cpu")
+    if kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise FlagError(f"--device {device}: this machine has {torch.cuda.device_count()} "
+                        f"CUDA device(s)")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
+    """The server's settings and whether to run the shell. A bad flag value raises FlagError, a
+    model that cannot be found MinisglError."""
+    ns = build_parser().parse_args(argv)
+    if ns.tp != 1:
+        raise FlagError(f"--tp {ns.tp}: tensor parallelism arrives in chapter 17; use --tp 1")
+    if ns.device is not None:
+        check_device(ns.device)
+    if ns.model is None:
+        picked = default_model(dummy_weight=ns.dummy_weight)
+        name, path = picked.name, picked.path
+    else:
+        name, path = ns.model, resolve_model(ns.model, dummy_weight=ns.dummy_weight)
+    device = ns.device or default_device()
+    try:
+        args = ServerArgs(
+            model_path=str(path), model_name=name, dtype=resolve_dtype(ns.dtype, device),
+            device=device, dummy_weight=ns.dummy_weight, attention_backend=ns.attention_backend,
+            page_size=ns.page_size, num_pages=ns.num_pages, memory_ratio=ns.memory_ratio,
+            max_running_reqs=ns.max_running_reqs, max_seq_len=ns.max_seq_len,
+            cache_type=ns.cache_type, max_prefill_length=ns.max_prefill_length,
+            host=ns.host, port=ns.port, num_tokenizer=ns.num_tokenizer,
+            max_body_bytes=ns.max_body_bytes, body_timeout=ns.body_timeout,
+            served_model_name=ns.served_model_name,
+            api_key=ns.api_key, log_level=ns.log_level, log_interval=ns.log_interval,
+            # >>> ch15
+            cuda_graph_max_bs=ns.cuda_graph_max_bs,
+            # <<< ch15
+        )
+    except ValueError as e:
+        raise FlagError(str(e)) from None
+    return args, ns.shell
