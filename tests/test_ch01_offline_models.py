@@ -185,6 +185,7 @@ def test_smollm2_loads_in_transformers_and_knows_paris(smollm2_dir):
     assert answer.startswith("The capital of France is Paris.")
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_interrupted_conversion_leaves_no_folder(fresh_cache, monkeypatch, capfd):
     dest = offline.bundled_dir(SMOLLM2_ID)
     stale = dest.parent / f".tmp-{dest.name}-killed"  # what a killed process leaves behind

@@ -79,6 +79,7 @@ def test_bundled_smollm2_matches_hf(smollm2_dir):
     assert max_logit_diff(hf_model, ours, ids) <= 1e-3
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_qwen3_0_6b_real_config_cut_to_4_layers(qwen3_dir, tmp_path):
     raw = json.loads((qwen3_dir / "config.json").read_text())
     assert raw["hidden_size"] == 1024 and raw["num_hidden_layers"] == 28

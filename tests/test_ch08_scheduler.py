@@ -68,6 +68,7 @@ def test_new_requests_join_a_running_batch(smollm2_dir, hf_greedy):
         assert tokens[uid][: len(expected)] == expected  # HF stops at EOS; we ignore it
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_kv_exhaustion_waits_and_retracts_but_never_fails(smollm2_dir, hf_greedy):
     sched = make_scheduler(smollm2_dir, num_pages=64, page_size=4)  # 256 token slots
     rng = random.Random(0)

@@ -56,6 +56,7 @@ def open_stream(server: RunningServer, path: str, body: dict) -> http.client.HTT
     return resp
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_sigterm_under_load_ends_streams_cleanly_and_every_worker_by_itself(smollm2_dir):
     """SIGTERM while 4 streams run: each stream gets an error event and [DONE], every process
     ends by itself (none is killed for missing the stop deadline), the socket folder is removed
@@ -89,6 +90,7 @@ def test_sigterm_under_load_ends_streams_cleanly_and_every_worker_by_itself(smol
     assert "Traceback" not in log and "Exception ignored" not in log and "ZMQError" not in log
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_loopback_by_default_and_a_kv_pool_smaller_than_the_context(smollm2_dir):
     server = RunningServer(["--model", str(smollm2_dir), "--num-pages", "120",
                             "--max-seq-len", "512"])

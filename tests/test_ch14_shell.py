@@ -41,6 +41,7 @@ def ask(shell: pexpect.spawn, question: str) -> str:
     return "\n".join(lines[1:]).rstrip("\n")
 
 
+@pytest.mark.slow  # over 12 s on an idle 2-core machine
 def test_shell_answers_keeps_history_and_resets(smollm2_dir, llm):
     env = {**os.environ, "MINISGL_SHELL_MAX_TOKENS": str(MAX_TOKENS), "TERM": "dumb"}
     shell = pexpect.spawn(sys.executable, ["-m", "minisgl", "--model", str(smollm2_dir),

@@ -632,12 +632,22 @@ def _judge_env(tmp: Path) -> dict:
 def _wait_for_run(tmp: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        runs = list(tmp.glob("minisgl-judge-*"))
-        if runs and (runs[0] / "stdout.txt").exists():
-            time.sleep(1.0)  # the program is running its first case by now
+        # the learner's program is running its first case: the harness (a process working in
+        # the run's folder) has forked the case's process there too
+        working = {int(found.split()[1]) for found in _leftovers(tmp)
+                   if found.startswith("process")}
+        if any(_parent(pid) in working for pid in working):
             return
         time.sleep(0.05)
     raise AssertionError("the judge never started a run")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+    except (OSError, StopIteration, ValueError):
+        return None  # gone already
 
 
 def _leftovers(tmp: Path) -> list[str]:

@@ -1,6 +1,6 @@
 """Run the test files on the final tree (the repository), each proven by record or run.
 
-    python tools/final_tests.py [--skip FILE] [--rerun] [TEST_FILE ...]
+    python tools/final_tests.py [--skip FILE] [--rerun] [--jobs N] [TEST_FILE ...]
 
 Every test file under tests/ runs in a pytest process of its own, with the hook of
 `tools/steps.py check` recording which files of the repository it reads and which folders it
@@ -21,7 +21,9 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,7 +77,8 @@ def used(record: Path, test: str, repo_files: list[str]) -> tuple[set[str], set[
     return files, {line[1:] for line in lines if line.startswith("/")}
 
 
-def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: float) -> bool:
+def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: float,
+        jobs: int = 1) -> bool:
     repo_files = repository_files(root)
     fresh = snapshot(root, repo_files)
     proof = steps.Proof.load(root, rerun)
@@ -86,31 +89,53 @@ def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: floa
     (site / "sitecustomize.py").write_text(steps.SITECUSTOMIZE, encoding="utf-8")
     env = steps.child_env(root, site, root)
     failed, by_record, started = [], [], time.monotonic()
-    for i, test in enumerate(todo, start=1):
+    lock = threading.Lock()  # one file's lines at a time, one writer of the record
+
+    def head(i: int, test: str) -> str:
+        return f"[{i}/{len(todo)} · {steps._duration(time.monotonic() - started)}] {test}"
+
+    def one(i: int, test: str, why: str) -> None:
         key = f"final {test}"
-        why = proof.why_not_proven(key, fresh)
-        head = f"[{i}/{len(todo)} · {steps._duration(time.monotonic() - started)}] {test}"
-        if why is None:
-            by_record.append(test)
-            print(f"{head}: its recorded inputs are unchanged: proven by record", flush=True)
-            continue
-        print(f"{head}: {why}: runs", flush=True)
         record = workdir / f"used-{i}.txt"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+        side_by_side = jobs > 1
+        with lock:
+            print(f"{head(i, test)}: {why}: runs", flush=True)
         result = steps.run_step(command, root, {**env, "MINISGL_STEPS_RECORD": str(record)},
-                                timeout, echo=True)
-        print(f"   {'ok' if result.ok else 'FAIL'} ({result.seconds:.1f}s)", flush=True)
-        if result.ok:
-            files, folders = used(record, test, repo_files)
-            proof.record.put(key, steps_proof.Inputs.of(fresh, files, folders), proof.env)
+                                timeout, echo=not side_by_side,
+                                label=test if side_by_side else None)
+        with lock:
+            if side_by_side:  # its output in one piece, once it is done
+                print(f"{head(i, test)}: its output", flush=True)
+                print(steps.indent(result.output.rstrip()), flush=True)
+            print(f"   {test} {'ok' if result.ok else 'FAIL'} ({result.seconds:.1f}s)", flush=True)
+            if result.ok:
+                files, folders = used(record, test, repo_files)
+                proof.record.put(key, steps_proof.Inputs.of(fresh, files, folders), proof.env)
+            else:
+                failed.append(test)
+                proof.record.forget(key)
+            proof.record.save()
+
+    runs = []
+    for i, test in enumerate(todo, start=1):
+        why = proof.why_not_proven(f"final {test}", fresh)
+        if why is None:
+            by_record.append(test)
+            print(f"{head(i, test)}: its recorded inputs are unchanged: proven by record",
+                  flush=True)
         else:
-            failed.append(test)
-            proof.record.forget(key)
-        proof.record.save()
+            runs.append((i, test, why))
+    # Side by side (--jobs 2 on two cores): most files wait on servers, subprocesses and sockets
+    # for much of their time, so two at once finish sooner than one after the other.
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for done in [pool.submit(one, *job) for job in runs]:
+            done.result()
     print(f"{len(todo) - len(failed)}/{len(todo)} test files passed on the final tree "
-          f"({steps._duration(time.monotonic() - started)}); proven by record, not run: "
-          f"{len(by_record)}; skipped as proven by the chapter checks: {len(skip)}")
-    for test in failed:
+          f"({steps._duration(time.monotonic() - started)}, {max(1, jobs)} at a time); proven by "
+          f"record, not run: {len(by_record)}; skipped as proven by the chapter checks: "
+          f"{len(skip)}")
+    for test in sorted(failed):
         print(f"   FAILED {test}")
     return not failed
 
@@ -122,10 +147,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a file naming test files not to run, one per line")
     parser.add_argument("--rerun", action="store_true", help="run every file, proven or not")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per test file")
+    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                        help="test files run side by side (default 1)")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     skip = set(args.skip.read_text().split()) if args.skip else set()
-    return 0 if run(args.root.resolve(), args.tests, skip, args.rerun, args.timeout) else 1
+    return 0 if run(args.root.resolve(), args.tests, skip, args.rerun, args.timeout,
+                    args.jobs) else 1
 
 
 if __name__ == "__main__":

@@ -34,5 +34,8 @@ if [[ $# -gt 0 ]]; then
   done <"$proven"
   python -m pytest -q ${skip[@]+"${skip[@]}"} "$@"
 else
-  python tools/final_tests.py --skip "$proven" ${rerun[@]+"${rerun[@]}"}
+  # two test files side by side where there are two cores (MINISGL_TEST_JOBS changes it): most
+  # of a file's time is spent waiting on servers and subprocesses
+  jobs=${MINISGL_TEST_JOBS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
+  python tools/final_tests.py --jobs "$jobs" --skip "$proven" ${rerun[@]+"${rerun[@]}"}
 fi

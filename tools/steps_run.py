@@ -33,16 +33,18 @@ def heartbeat_seconds() -> float:
 
 
 def run_step(command: list[str], cwd: Path, env: dict[str, str], timeout: float,
-             echo: bool = False) -> StepResult:
+             echo: bool = False, label: str | None = None) -> StepResult:
     """Run one main or test command; with `echo`, show its output as it comes (pytest's dots are
     the per-test progress), each line indented under the chapter. Either way, a line says the
-    step still runs whenever nothing was shown for heartbeat_seconds()."""
+    step still runs whenever nothing was shown for heartbeat_seconds(). With `label` (steps run
+    side by side, so no line is left open for them), that line names the step."""
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     chunks: list[bytes] = []
-    # Without echo the step's label line is still open ("main  examples/ch01.py ... ").
-    shown = _Echo(show=echo, at_line_start=echo)
+    # Without echo the step's label line is still open ("main  examples/ch01.py ... "), unless
+    # the step runs beside others and its notes carry its label instead.
+    shown = _Echo(show=echo, at_line_start=echo or label is not None, label=label)
 
     def pump() -> None:
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
@@ -78,9 +80,11 @@ class _Echo:
     """Writes a child's output to our stdout as it arrives, `   | ` at the start of each line
     (with `show`; else it only keeps the time), and the notes of a step that is quiet."""
 
-    def __init__(self, show: bool = True, at_line_start: bool = True) -> None:
+    def __init__(self, show: bool = True, at_line_start: bool = True,
+                 label: str | None = None) -> None:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.show = show
+        self.label = label
         self.at_line_start = at_line_start
         self.broke_line = False
         self.last_shown = time.monotonic()
@@ -111,7 +115,7 @@ class _Echo:
             if not self.at_line_start:
                 sys.stdout.write("\n")
                 self.broke_line = True
-            sys.stdout.write(f"   | {text}\n")
+            sys.stdout.write(f"   | {self.label}: {text}\n" if self.label else f"   | {text}\n")
             sys.stdout.flush()
             self.at_line_start = True
             self.last_shown = time.monotonic()
