@@ -825,3 +825,35 @@ def test_final_tests_prove_unchanged_files_by_record_and_rerun_changed_ones(tmp_
     skipped = run_final(root, "--rerun", "--skip", str(tmp_path / "proven.txt"))
     assert "test_b.py" not in skipped.stdout.split("passed on the final tree")[0]
     assert "2/2 test files passed" in skipped.stdout and "by the chapter checks: 1" in skipped.stdout
+
+
+def test_chapters_side_by_side_show_each_chapter_whole_and_record_every_one(tmp_path):
+    """--jobs 2: three chapters whose tests print while they run, two at a time; each chapter's
+    lines stay together, a failing chapter is named, and the passing ones are recorded."""
+    files = {PKG + "__init__.py": ""}
+    chapters = []
+    for n in (1, 2, 3):
+        files[f"examples/ch0{n}.py"] = src(f"print('main of {n}')")
+        files[f"tests/test_ch0{n}.py"] = src(
+            "import time",
+            "",
+            *(f"def test_{i}():\n    time.sleep(0.2)\n    assert {n} != 3" for i in range(3)),
+        )
+        chapters.append({"number": n, "files": [PKG + "__init__.py"] if n == 1 else [],
+                         "tests": [f"tests/test_ch0{n}.py"]})
+    root = make_repo(tmp_path / "repo", chapters, files)
+    env = {**os.environ, "MINISGL_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, str(STEPS), "--root", str(root), "check", "-j", "2"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "3 chapters, 2 at a time" in result.stdout
+    assert "2/3 chapters passed; failed: ch03" in result.stdout
+    blocks = result.stdout.split("== ch0")[1:]
+    assert sorted(block[0] for block in blocks) == ["1", "2", "3"]
+    for block in blocks:  # each block holds its own chapter's lines and nobody else's
+        n = block[0]
+        body = block.split("chapters passed")[0]
+        assert f"test_ch0{n}.py" in body
+        assert all(f"test_ch0{m}.py" not in body for m in "123" if m != n), body
+    runs = json.loads((root / "tools" / "chapters" / "proven.json").read_text())["runs"]
+    assert set(runs) == {"ch01", "ch02"}

@@ -23,10 +23,15 @@ fi
 # chromium and fonts-noto-cjk (the Chinese glyphs the judge page's browser test checks)
 python tools/setup_env.py --tests
 
+# two chapters, then two test files, side by side where there are two cores (MINISGL_TEST_JOBS
+# changes it): much of a test's time is spent waiting on servers and subprocesses
+jobs=${MINISGL_TEST_JOBS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
+
 proven=$(mktemp)
 trap 'rm -f "$proven"' EXIT
 # --timeout: chapter 14's tests take about 10 minutes on a loaded 2-core machine
-python tools/steps.py check --timeout 2400 --record-proven "$proven" ${rerun[@]+"${rerun[@]}"}
+python tools/steps.py check --jobs "$jobs" --timeout 2400 --record-proven "$proven" \
+  ${rerun[@]+"${rerun[@]}"}
 if [[ $# -gt 0 ]]; then
   skip=()
   while read -r test; do
@@ -34,8 +39,5 @@ if [[ $# -gt 0 ]]; then
   done <"$proven"
   python -m pytest -q ${skip[@]+"${skip[@]}"} "$@"
 else
-  # two test files side by side where there are two cores (MINISGL_TEST_JOBS changes it): most
-  # of a file's time is spent waiting on servers and subprocesses
-  jobs=${MINISGL_TEST_JOBS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
   python tools/final_tests.py --jobs "$jobs" --skip "$proven" ${rerun[@]+"${rerun[@]}"}
 fi

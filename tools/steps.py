@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         "--record-proven", type=Path, metavar="FILE",
         help="write the test files proven on final code to FILE, one per line (default: none)",
     )
+    chk.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                     help="chapters checked side by side, each shown whole when it ends "
+                     "(default: %(default)s, one after the other with live progress)")
     chk.add_argument(
         "--rerun", action="store_true",
         help=f"run every chapter, even one that the record of an earlier passing run "
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"lacks: run `{SETUP}` (the README's set-up)", file=sys.stderr)
                 return 2
             passed = check(manifest, args.n, args.keep, args.timeout, args.record_proven,
-                           args.rerun)
+                           args.rerun, args.jobs)
             return 0 if passed else 1
     except StepsError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,10 +8,13 @@ inputs have not changed.
 
 from __future__ import annotations
 
+import io
 import shutil
 import sys
 import tempfile
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +88,7 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
             found = ChapterCheck(ch.tests, ok=True, by_record=True)
             return _compare_with_final(manifest, tree, found, sorted(inputs.files))
         print(f"   record {why}: runs", flush=True)
-    site_dir = workdir / "site"
+    site_dir = workdir / f"site-ch{n:02d}"  # one per chapter: chapters may run side by side
     site_dir.mkdir(exist_ok=True)
     (site_dir / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     record = workdir / "used" / f"ch{n:02d}.txt"  # what the tests read, see SITECUSTOMIZE
@@ -109,7 +112,8 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
         hint = f" (took {before:.1f}s last time)" if before is not None else ""
         print(f"   {label}  {shown}{hint} ...", end="\n" if echo else " ", flush=True)
         result = run_step(command, tree, step_env, timeout, echo=echo)
-        progress.finish(step, result.seconds)
+        with _SHARED:
+            progress.finish(step, result.seconds)
         last = result.output.strip().splitlines()[-1:] or [""]
         verdict = "ok" if result.ok else "FAIL"
         prefix = f"   {label}  " if echo or result.broke_line else ""
@@ -121,19 +125,30 @@ def check_chapter(manifest: Manifest, n: int, workdir: Path, timeout: float,
                 print(indent("\n".join(result.output.rstrip().splitlines()[-40:])), flush=True)
     found = ChapterCheck(ch.tests, ok)
     if proof is not None:
-        if ok:
-            files = {*used_files(ch, tree, record, manifest.root), ch.main,
-                     *(line for line in _record_lines(main_record) if not line.startswith("/"))}
-            folders = used_folders(record) | used_folders(main_record)
-            proof.record.put(f"ch{n:02d}", steps_proof.Inputs.of(fresh, files, folders),
-                             proof.env)
-        else:
-            proof.record.forget(f"ch{n:02d}")
-        proof.record.save()
+        with _SHARED:
+            _record(proof, ok, n, ch, tree, record, main_record, manifest, fresh)
     if ok and ch.tests:
         found = _compare_with_final(manifest, tree, found,
                                     used_files(ch, tree, record, manifest.root))
     return found
+
+
+# Held while one chapter writes what chapters share: the record and the timings file.
+_SHARED = threading.Lock()
+
+
+def _record(proof: Proof, ok: bool, n: int, ch: Chapter, tree: Path, record: Path,
+            main_record: Path, manifest: Manifest, fresh: steps_proof.Snapshot) -> None:
+    """A passing run goes into the record with every file and folder it read; a failing one
+    takes the chapter's entry out."""
+    if ok:
+        files = {*used_files(ch, tree, record, manifest.root), ch.main,
+                 *(line for line in _record_lines(main_record) if not line.startswith("/"))}
+        folders = used_folders(record) | used_folders(main_record)
+        proof.record.put(f"ch{n:02d}", steps_proof.Inputs.of(fresh, files, folders), proof.env)
+    else:
+        proof.record.forget(f"ch{n:02d}")
+    proof.record.save()
 
 
 def _compare_with_final(manifest: Manifest, tree: Path, found: ChapterCheck,
@@ -200,9 +215,10 @@ def same_as_final(manifest: Manifest, tree: Path, path: str) -> bool:
 
 def check(
     manifest: Manifest, numbers: list[int], keep: bool, timeout: float,
-    record_proven: Path | None = None, rerun: bool = False,
+    record_proven: Path | None = None, rerun: bool = False, jobs: int = 1,
 ) -> bool:
-    """Check the chapters; one whose record still proves it is skipped unless `rerun`."""
+    """Check the chapters; one whose record still proves it is skipped unless `rerun`. With
+    `jobs` > 1 that many chapters run at once, each shown whole when it ends."""
     checks: dict[int, ChapterCheck] = {}
     proof = Proof.load(manifest.root, rerun)
     numbers = numbers or [ch.number for ch in manifest.chapters]
@@ -214,9 +230,12 @@ def check(
     )
     workdir = Path(tempfile.mkdtemp(prefix="minisgl-steps-"))
     try:
-        for i, n in enumerate(numbers, start=1):
-            checks[n] = check_chapter(manifest, n, workdir, timeout, progress,
-                                      f"{i}/{len(numbers)} · ", proof)
+        if jobs <= 1:
+            for i, n in enumerate(numbers, start=1):
+                checks[n] = check_chapter(manifest, n, workdir, timeout, progress,
+                                          f"{i}/{len(numbers)} · ", proof)
+        else:
+            checks = _side_by_side(manifest, numbers, workdir, timeout, progress, proof, jobs)
     finally:
         if keep:
             print(f"trees kept in {workdir}")
@@ -241,6 +260,61 @@ def check(
     if record_proven is not None:
         record_proven.write_text("".join(test + "\n" for test in proven), encoding="utf-8")
     return not failed
+
+
+class _LinesByThread(io.TextIOBase):
+    """sys.stdout while chapters run side by side: what a chapter's thread prints is kept in
+    that thread's buffer and shown in one piece when the chapter ends, so no two chapters' lines
+    mix; other threads print as usual."""
+
+    def __init__(self, real: io.TextIOBase) -> None:
+        self.real = real
+        self.local = threading.local()
+
+    def write(self, text: str) -> int:
+        buffer = getattr(self.local, "buffer", None)
+        (buffer if buffer is not None else self.real).write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if getattr(self.local, "buffer", None) is None:
+            self.real.flush()
+
+    def for_this_thread(self) -> io.TextIOBase:
+        """Where the calling thread's lines go (a step's output pump writes from a thread of
+        its own, so it takes this at the start)."""
+        buffer = getattr(self.local, "buffer", None)
+        return buffer if buffer is not None else self.real
+
+
+def _side_by_side(manifest: Manifest, numbers: list[int], workdir: Path, timeout: float,
+                  progress: Progress, proof: Proof, jobs: int) -> dict[int, ChapterCheck]:
+    """Check `jobs` chapters at a time (two cores: one chapter's servers and subprocesses wait
+    much of the time, and the other chapter uses the core meanwhile)."""
+    real = sys.stdout
+    lines = _LinesByThread(real)
+    shown = threading.Lock()
+
+    def one(i: int, n: int) -> ChapterCheck:
+        lines.local.buffer = io.StringIO()
+        try:
+            return check_chapter(manifest, n, workdir, timeout, progress,
+                                 f"{i}/{len(numbers)} · ", proof)
+        finally:
+            text, lines.local.buffer = lines.local.buffer.getvalue(), None
+            with shown:
+                real.write(text)
+                real.flush()
+
+    print(f"{len(numbers)} chapters, {jobs} at a time: each chapter's lines appear when it "
+          "ends", flush=True)
+    sys.stdout = lines
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {n: pool.submit(one, i, n) for i, n in enumerate(numbers, start=1)}
+            return {n: future.result() for n, future in futures.items()}
+    finally:
+        sys.stdout = real
 
 
 def closing_words(checked: int, failed: list[int], proven: int, rerun: int) -> str:

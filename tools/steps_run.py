@@ -85,6 +85,9 @@ class _Echo:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.show = show
         self.label = label
+        # where this step's lines go: the caller's stdout, resolved now, in the caller's thread
+        # (the pump thread writes too; steps_check gives each chapter run side by side its own)
+        self.out = getattr(sys.stdout, "for_this_thread", lambda: sys.stdout)()
         self.at_line_start = at_line_start
         self.broke_line = False
         self.last_shown = time.monotonic()
@@ -101,8 +104,8 @@ class _Echo:
             out.append(piece)
             self.at_line_start = piece.endswith(("\n", "\r"))
         with self.lock:
-            sys.stdout.write("".join(out))
-            sys.stdout.flush()
+            self.out.write("".join(out))
+            self.out.flush()
             if out:
                 self.last_shown = time.monotonic()
 
@@ -113,17 +116,17 @@ class _Echo:
         """A line of our own: on a line of its own, even in the middle of a line of dots."""
         with self.lock:
             if not self.at_line_start:
-                sys.stdout.write("\n")
+                self.out.write("\n")
                 self.broke_line = True
-            sys.stdout.write(f"   | {self.label}: {text}\n" if self.label else f"   | {text}\n")
-            sys.stdout.flush()
+            self.out.write(f"   | {self.label}: {text}\n" if self.label else f"   | {text}\n")
+            self.out.flush()
             self.at_line_start = True
             self.last_shown = time.monotonic()
 
     def end(self) -> None:
         if self.show and not self.at_line_start:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+            self.out.write("\n")
+            self.out.flush()
 
 
 def duration(seconds: float) -> str:

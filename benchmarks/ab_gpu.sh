@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Two commits of the engine side by side on one GPU, in one call: decode ms/step (batch 1 and 64,
+# CUDA graphs, benchmarks/decode_latency.py) and the official mini-sglang bench.py unchanged
+# (MINISGL_DUMMY_WEIGHT=1), in the order A B A B ... so that a machine's drift falls on both.
+# It is how a refactor shows it left the speed alone (issue 30: within 3% of before).
+#
+# Here, before the call (A = the commit before, B = the one after):
+#   bash benchmarks/device_wheels.sh --no-plot
+#   mkdir -p .cache/models && cp -r ~/.cache/minisgl/models/Qwen .cache/models/
+#   git --git-dir=<mini-sglang mirror> show 20fcd7f:benchmark/offline/bench.py > .cache/official_bench.py
+#   for x in a:A b:B; do rm -rf .ab/${x%%:*}; mkdir -p .ab/${x%%:*}
+#     git archive "${x#*:}" python benchmarks | tar -x -C .ab/${x%%:*}; done
+# On the device (carry .ab and .cache):
+#   A_NAME=<commit A> B_NAME=<commit B> OUT=$OUT bash benchmarks/ab_gpu.sh
+# $OUT/ab_summary.txt gets one line per measurement and run, then the medians and B/A.
+set -u
+OUT=${OUT:-/tmp/ab}
+BUDGET_S=${BUDGET_S:-540}
+ROUNDS=${ROUNDS:-3}
+COMMIT="A=${A_NAME:-?} B=${B_NAME:-?}"
+source "$(dirname "$0")/gpu_steps.sh"
+ROOT=$PWD
+BENCH=$ROOT/.cache/official_bench.py
+
+for round in $(seq 1 "$ROUNDS"); do
+  for side in a b; do
+    # each side's own package; models, wheels and Triton's cache are shared
+    step "decode_${side}_${round}" 90 env PYTHONPATH="$ROOT/.ab/$side/python" \
+      python "$ROOT/.ab/$side/benchmarks/decode_latency.py" --graphs-only --batch-sizes 1 64
+    step "bench_${side}_${round}" 80 env PYTHONPATH="$ROOT/.ab/$side/python" \
+      MINISGL_DUMMY_WEIGHT=1 python "$BENCH"
+  done
+done
+
+python - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/ab_summary.txt"
+import re, statistics, sys
+from pathlib import Path
+out, rounds = Path(sys.argv[1]), int(sys.argv[2])
+figures = {}
+for side in "ab":
+    for r in range(1, rounds + 1):
+        decode = (out / f"decode_{side}_{r}.txt").read_text(errors="replace") \
+            if (out / f"decode_{side}_{r}.txt").exists() else ""
+        # decode_latency.py: "minisgl (CUDA graphs) batch   1:   0.953 ms/step (...)"
+        for bs, ms in re.findall(r"minisgl \(CUDA graphs\) batch\s+(\d+):\s+([\d.]+) ms/step",
+                                 decode):
+            figures.setdefault((f"bs{bs}-decode-ms", side), []).append(float(ms))
+        bench = (out / f"bench_{side}_{r}.txt").read_text(errors="replace") \
+            if (out / f"bench_{side}_{r}.txt").exists() else ""
+        for tps in re.findall(r"Throughput:\s*([\d.]+)\s*tok/s", bench):
+            figures.setdefault(("official-bench-tok/s", side), []).append(float(tps))
+for (name, side), values in sorted(figures.items()):
+    print(f"{name} {side.upper()} runs={values} median={statistics.median(values):.3f}")
+for name in sorted({n for n, _ in figures}):
+    a, b = figures.get((name, "a")), figures.get((name, "b"))
+    if a and b:
+        print(f"{name} B/A = {statistics.median(b) / statistics.median(a):.4f}")
+PY
