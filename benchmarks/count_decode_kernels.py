@@ -25,9 +25,9 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from minisgl.layers import RMSNormFused, RotaryEmbedding, silu_and_mul
+from minisgl.layers import RMSNorm, RMSNormFused, RotaryEmbedding
 from minisgl.layers.attention import AttentionLayer
-from minisgl.layers.norm import RMSNorm
+from minisgl.ops import silu_and_mul, triton_impls
 
 # Ops that only make a new view of the same memory (or allocate): no kernel on a GPU.
 VIEWS = {"aten::view", "aten::reshape", "aten::_reshape_alias", "aten::split", "aten::slice",
@@ -86,14 +86,13 @@ def layer_pieces() -> list[tuple[str, int, int, int, list[str]]]:
 
 def gpu_step_kernels() -> dict[str, int]:
     """CUDA kernels of one eager decode step of Qwen3-0.6B at batch 1, fused on and off."""
-    from minisgl import kernel
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
 
     counts = {}
     for label, disabled in (("torch ops", "1"), ("fused kernels", "0")):
         os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = disabled
-        kernel._fused_kernels.cache_clear()
+        triton_impls.fused_kernels_on.cache_clear()  # the registry reads the flag once
         llm = LLM("Qwen/Qwen3-0.6B", dummy_weight=True, dtype="bfloat16", device="cuda",
                   attention_backend="triton", cuda_graph_max_bs=0, max_running_reqs=4,
                   page_size=16, num_pages=256)
@@ -112,7 +111,7 @@ def gpu_step_kernels() -> dict[str, int]:
         llm.shutdown()
         del llm
     os.environ.pop("MINISGL_DISABLE_FUSED_KERNELS")
-    kernel._fused_kernels.cache_clear()
+    triton_impls.fused_kernels_on.cache_clear()
     return counts
 
 

@@ -19,12 +19,11 @@ import torch
 import triton
 
 from minisgl.kernel.triton.gemv import _gemv_kernel, gemv_config
-from minisgl.layers.activation import silu_and_mul
-from minisgl.layers.norm import rms_norm
+from minisgl.ops import rms_norm, silu_and_mul
 
 # (name, out_features, in_features, prologue) of one Qwen3-0.6B layer, and the LM head. On the
-# one-token path (DecoderLayer._forward_one_token) qkv_proj and gate_up_proj compute the RMSNorm of
-# their input first (prologue "norm", with the residual add) and down_proj the SiLU-and-mul
+# one-token path (ops.fused_add_rms_norm_linear, ops.silu_and_mul_linear) qkv_proj and
+# gate_up_proj compute the RMSNorm of their input first (prologue "norm", with the residual add) and down_proj the SiLU-and-mul
 # ("gated"); the plain rows are the GEMV alone, as the unfused path and the LM head run it.
 SHAPES = [("qkv_proj", 4096, 1024, "none"), ("o_proj", 1024, 2048, "none"),
           ("gate_up_proj", 6144, 1024, "none"), ("down_proj", 1024, 3072, "none"),

@@ -8,7 +8,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama as hf
 
-from minisgl.layers import RMSNorm, RotaryEmbedding, silu_and_mul
+from minisgl import ops
+from minisgl.layers import RMSNorm, RotaryEmbedding
 from minisgl.models.config import ModelConfig
 
 
@@ -27,7 +28,7 @@ def main() -> None:
 
     mlp = hf.LlamaMLP(cfg)
     gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
-    ours = silu_and_mul(x @ gate_up.T) @ mlp.down_proj.weight.detach().T
+    ours = ops.silu_and_mul(x @ gate_up.T) @ mlp.down_proj.weight.detach().T
     with torch.no_grad():
         print(f"SiLU-and-mul max |diff| vs HF: {(ours - mlp(x)).abs().max():.2e}")
 

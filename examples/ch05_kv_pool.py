@@ -1,4 +1,4 @@
-"""Chapter 5: a paged KV pool sized for SmolLM2, and store_cache writing rows at scattered slots."""
+"""Chapter 5: a paged KV pool sized for SmolLM2, and store_kv writing rows at scattered slots."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from minisgl import kernel
+from minisgl import ops
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
 
@@ -29,10 +29,10 @@ def main() -> None:
     k, v = torch.randn(20, 3, 64), torch.randn(20, 3, 64)
     pool.store_kv(k, v, slots, layer_id=5)
     same = torch.equal(pool.k_cache(5)[slots], k) and torch.equal(pool.v_cache(5)[slots], v)
-    print(f"store_cache wrote 20 tokens at slots {slots[:3].tolist()}...{slots[-2:].tolist()}; "
+    print(f"store_kv wrote 20 tokens at slots {slots[:3].tolist()}...{slots[-2:].tolist()}; "
           f"read back identical: {same}")
-    shard = kernel.indexing(torch.randn(10, 4), torch.tensor([3, 12, 15]), start=10, length=10)
-    print("indexing on the vocab shard [10, 20): ids 3, 12, 15 ->",
+    shard = ops.embedding(torch.randn(10, 4), torch.tensor([3, 12, 15]), 10, 10)  # start, length
+    print("embedding on the vocab shard [10, 20): ids 3, 12, 15 ->",
           ["zeros" if not r.any() else "row" for r in shard])
 
 

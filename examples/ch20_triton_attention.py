@@ -3,7 +3,7 @@ attention in plain torch (float64). Decode runs with one split and with several 
 extend runs new tokens on top of cached prefixes. Without a GPU the kernels run under Triton's
 interpreter (small shapes); on a GPU the same checks run at a larger shape in bf16. Last, the fused
 small kernels of a decoder layer (add + RMSNorm, q/k RMSNorm + RoPE, SiLU-and-mul) against the
-layers' torch code, in fp32."""
+ops' torch references, in fp32."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from minisgl.kernel.triton import (
     silu_and_mul,
 )
 from minisgl.layers import RotaryEmbedding
-from minisgl.layers import silu_and_mul as torch_silu_and_mul
-from minisgl.layers.norm import rms_norm as torch_rms_norm
+from minisgl.ops.activation import silu_and_mul_torch as torch_silu_and_mul
+from minisgl.ops.norm import rms_norm_torch as torch_rms_norm
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")

@@ -1,8 +1,8 @@
 """Chapter 21: FlashInfer Trace workloads captured from the live engine.
 
 The bundled SmolLM2 serves 8 chat prompts (half greedy, half top-k/top-p sampled) with
-LLM(..., trace_dir=DIR): every op call goes through its `@traced` dispatch point, and the recorder
-keeps a deduplicated sample of them as Workloads. Then the folder is loaded with flashinfer-bench's
+LLM(..., trace_dir=DIR): every op call goes through the op registry, whose hook is the trace's
+recorder, and it keeps a deduplicated sample of them as Workloads. Then the folder is loaded with flashinfer-bench's
 own TraceSet, and every Definition's reference run() is replayed on every saved workload and
 compared with what the engine computed at that call.
 """

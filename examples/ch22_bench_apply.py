@@ -24,7 +24,7 @@ from flashinfer_bench.data import TraceSet
 import minisgl.kernel.triton  # noqa: F401  (before anything imports triton: the CPU interpreter)
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.trace import runtime
+from minisgl.ops import hook
 from minisgl.trace.apply import best_per_bucket
 from minisgl.trace.bench import BenchConfig, bench
 from minisgl.trace.demo import chat_prompts
@@ -82,7 +82,7 @@ def main() -> int:
 def runtime_device():
     import torch
 
-    assert runtime.current() is None  # the capture engine uninstalled its recorder
+    assert hook.installed is None  # shutting the capture LLM down uninstalled its recorder
     return torch.device("cpu")
 
 

@@ -5,8 +5,9 @@ On the bundled SmolLM2 (CPU), one engine:
 2. capture: the same requests with a recorder installed (chapter 21);
 3. bench: the torch solutions on every captured workload (chapter 22);
 4. apply: the same requests with the applier installed, timed, tokens compared with step 1.
-The engine is built once and the trace runtime installed and removed around each step (what
-LLM(trace_dir=...) / LLM(trace_set=...) do at start-up), so the model is loaded once.
+The engine is built once and the trace runtime installed as the op registry's hook and removed
+around each step (what LLM(trace_dir=...) / LLM(trace_set=...) do at start-up), so the model is
+loaded once.
 
 On a CPU the default engine already runs the torch code (the Triton kernels and CUDA graphs are
 GPU paths), so torch-only == default here; the three-way comparison on the H200 comes from
@@ -26,13 +27,14 @@ import torch
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.config import ModelConfig
+from minisgl.ops.hook import install
 from minisgl.trace import roofline
 from minisgl.trace.apply import Applier
 from minisgl.trace.bench import BenchConfig, bench
 from minisgl.trace.breakdown import format_times, op_times
 from minisgl.trace.capture import Recorder
 from minisgl.trace.demo import chat_prompts
-from minisgl.trace.runtime import Runtime, install
+from minisgl.trace.runtime import Runtime
 from minisgl.utils.offline import QWEN3_CONFIG, prepare_smollm2
 
 TOKENS = 6

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama as hf_llama
 
+from minisgl import ops
 from minisgl.layers import (
     AttentionLayer,
     LinearColParallelMerged,
@@ -17,9 +18,9 @@ from minisgl.layers import (
     RMSNormFused,
     RotaryEmbedding,
     VocabParallelEmbedding,
-    silu_and_mul,
 )
 from minisgl.models.config import ModelConfig
+from minisgl.ops import Impl, Op
 
 
 def _randn(*shape, dtype=torch.float32, seed=None):
@@ -79,7 +80,7 @@ def test_mlp_activation_matches_hf_llama_mlp():
         p.data.normal_()
     x = _randn(4, 32)
     gate_up = torch.cat([ref.gate_proj.weight, ref.up_proj.weight], dim=0)
-    ours = F.linear(silu_and_mul(F.linear(x, gate_up)), ref.down_proj.weight)
+    ours = F.linear(ops.silu_and_mul(F.linear(x, gate_up)), ref.down_proj.weight)
     with torch.no_grad():
         torch.testing.assert_close(ours, ref(x), rtol=1e-5, atol=1e-5)
 
@@ -162,3 +163,63 @@ def test_attention_layer_is_causal_gqa_with_rope(qk_norm):
     torch.testing.assert_close(layer.forward(qkv2, positions)[:-1], expected[:-1],
                                rtol=1e-5, atol=1e-5)
     assert ("q_norm.weight" in layer.state_dict()) == qk_norm
+
+
+# ---------------------------------------------------------------------------------------------
+# The op registry: one rule picks an implementation for every call
+
+
+@pytest.fixture
+def toy_op():
+    """An op of the test's own (x -> 2x) with no faster implementation yet."""
+    op = Op("toy_double", lambda x: 2 * x)
+    yield op
+    del ops.ALL[op.name]
+
+
+def test_the_rule_takes_the_first_faster_implementation_that_takes_the_call(toy_op):
+    """Faster implementations are tried in order: one that does not take the call, or is not
+    available in this process, is passed over; when none runs, the torch reference does."""
+    ran = []
+
+    def fake(name):
+        return lambda x: ran.append(name) or 2 * x
+
+    toy_op.add(Impl("off", fake("off"), takes=lambda x: True, available=lambda: False))
+    toy_op.add(Impl("one", fake("one"), takes=lambda x: x.numel() == 1))
+    toy_op.add(Impl("any", fake("any"), takes=lambda x: True))
+    one, three = _randn(1, seed=1), _randn(3, seed=2)
+    assert toy_op.kind_for(one) == "one" and toy_op.kind_for(three) == "any"
+    assert torch.equal(toy_op(one), 2 * one) and torch.equal(toy_op(three), 2 * three)
+    assert ran == ["one", "any"]
+    assert toy_op.implementation("torch") is toy_op.reference
+    assert toy_op.implementation("off") is toy_op.faster[0].fn  # by name, whatever the rule says
+    with pytest.raises(KeyError, match="no 'cuda' implementation"):
+        toy_op.implementation("cuda")
+    with pytest.raises(ValueError, match="declared twice"):
+        Op("toy_double", lambda x: x)
+
+
+def test_without_a_taker_the_reference_runs(toy_op):
+    toy_op.add(Impl("gpu", lambda x: x))  # the default condition: a tensor on a GPU
+    x = _randn(4, seed=3)
+    assert toy_op.pick(x) is toy_op.reference and toy_op.kind_for(x) == "torch"
+    assert torch.equal(toy_op(x), 2 * x)
+
+
+def test_every_op_runs_its_torch_reference_on_cpu_tensors():
+    """On a CPU no faster implementation takes a call: each op's result is its reference's."""
+    gen = torch.Generator().manual_seed(4)
+    x, r, w = (torch.randn(3, 64, generator=gen) for _ in range(3))
+    calls = {
+        ops.rms_norm: (x, w[0], 1e-6),
+        ops.fused_add_rms_norm: (x, r, w[0], 1e-6),
+        ops.silu_and_mul: (x,),
+        ops.linear: (x[:1].contiguous(), w, None),  # one contiguous token: still torch here
+    }
+    for op, args in calls.items():
+        assert op.kind_for(*args) == "torch", op.name
+        got, want = op(*args), op.reference(*args)
+        if not isinstance(got, tuple):
+            got, want = (got,), (want,)
+        assert all(torch.equal(g, e) for g, e in zip(got, want, strict=True)), op.name

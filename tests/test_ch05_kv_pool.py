@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl import kernel
+from minisgl import ops
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 
 
@@ -19,7 +19,7 @@ def test_store_cache_writes_rows_at_slots(dtype):
     indices = torch.randperm(slots, generator=gen)[:n]
     k = torch.randn(n, heads, dim, generator=gen).to(dtype)
     v = torch.randn(n, heads, dim, generator=gen).to(dtype)
-    kernel.store_cache(k_cache, v_cache, indices, k, v)
+    ops.store_kv(k_cache, v_cache, indices, k, v)
     written = set(indices.tolist())
     for slot in range(slots):  # row by row, in Python: written rows hold k/v, the rest unchanged
         if slot in written:
@@ -35,7 +35,7 @@ def test_indexing_masks_ids_outside_the_shard(start, length):
     gen = torch.Generator().manual_seed(1)
     shard = torch.randn(length, 16, generator=gen) - 3  # negative values: zeros must be +0.0
     ids = torch.randint(0, 100, (40,), generator=gen)
-    out = kernel.indexing(shard, ids, start, length)
+    out = ops.embedding(shard, ids, start, length)
     for i, token in enumerate(ids.tolist()):
         if start <= token < start + length:
             assert torch.equal(out[i], shard[token - start])

@@ -16,9 +16,7 @@ from test_ch08_scheduler import make_scheduler, run_all
 
 from minisgl.attention import BACKENDS, create_attn_backend
 from minisgl.core import Context, SamplingParams, set_global_ctx
-
 from minisgl.engine.engine import ForwardOutput
-
 from minisgl.engine.graph import (
     DEFAULT_MAX_BS,
     GraphRunner,

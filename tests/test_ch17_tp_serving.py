@@ -11,7 +11,6 @@ import shutil
 import psutil
 import pytest
 from conftest import RunningServer
-
 from test_ch03_models import save_random_hf_model
 
 from minisgl.utils.offline import prepare_qwen3

@@ -1,6 +1,7 @@
 """Chapter 19: the custom CUDA kernels (kv_kernels.cuh, ext.cu) and how they are checked without a
-GPU: two nvcc versions compile them, the CPU emulator runs their self-test, the dispatch falls back
-to torch_ops on CPU tensors, and the emulator's FlashInfer Trace set replays the kernels on fixed
+GPU: two nvcc versions compile them, the CPU emulator runs their self-test, the op registry takes
+them for GPU tensors when the extension builds and falls back to torch_ops otherwise, and the
+emulator's FlashInfer Trace set replays the kernels on fixed
 inputs that the Definitions' reference run() must reproduce byte for byte. On a GPU the extension
 is compared with torch_ops directly (the `gpu` test).
 """
@@ -21,8 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import check  # noqa: E402
 
-from minisgl import kernel  # noqa: E402
+from minisgl import ops  # noqa: E402
 from minisgl.kernel import torch_ops  # noqa: E402
+from minisgl.ops import cuda_impls  # noqa: E402
 
 
 def test_cuda_kernels_on_cpu_emulator():
@@ -99,8 +101,28 @@ def test_too_few_toolkits_compile_nothing(toolkits, argv, monkeypatch, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# Dispatch: CPU tensors always take the torch implementation.
+# Dispatch: the registry's rule takes the CUDA kernels for GPU tensors when the extension builds;
+# CPU tensors always take the torch implementation.
 # ---------------------------------------------------------------------------------------------
+class OnGpu:
+    """Stands in for a GPU tensor where only the rule looks at it (it is never computed on)."""
+
+    is_cuda = True
+
+
+def test_a_gpu_tensor_takes_the_cuda_kernels_when_the_extension_builds(monkeypatch):
+    cpu = torch.zeros(2, 3)
+    monkeypatch.setattr(cuda_impls, "load_extension", lambda: object())  # "it built"
+    for op in (ops.store_kv, ops.embedding):
+        assert op.kind_for(OnGpu()) == "cuda", op.name
+        assert op.pick(OnGpu()) is op.implementation("cuda")
+        assert op.kind_for(cpu) == "torch", op.name  # even with the extension
+    monkeypatch.setattr(cuda_impls, "load_extension", lambda: None)  # no nvcc, a compile error
+    assert ops.store_kv.kind_for(OnGpu()) == ops.embedding.kind_for(OnGpu()) == "torch"
+    with pytest.raises(RuntimeError, match="not available"):
+        ops.store_kv.implementation("cuda")(cpu, cpu, torch.zeros(1), cpu, cpu)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_store_cache_falls_back_to_torch_ops_on_cpu(dtype):
     gen = torch.Generator().manual_seed(19)
@@ -110,7 +132,7 @@ def test_store_cache_falls_back_to_torch_ops_on_cpu(dtype):
     k, v = (torch.randn(n, heads, dim, generator=gen).to(dtype) for _ in range(2))
     indices = torch.randperm(slots, generator=gen)[:n]
     got_k, got_v = k_cache.clone(), v_cache.clone()
-    kernel.store_cache(got_k, got_v, indices, k, v)
+    ops.store_kv(got_k, got_v, indices, k, v)
     want_k, want_v = k_cache.clone(), v_cache.clone()
     torch_ops.store_cache(want_k, want_v, indices, k, v)
     assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
@@ -122,7 +144,7 @@ def test_indexing_falls_back_to_torch_ops_on_cpu(start, length):
     gen = torch.Generator().manual_seed(start)
     weight = torch.randn(length, 16, generator=gen).to(torch.bfloat16)
     ids = torch.randint(0, 40, (3, 7), generator=gen)
-    got = kernel.indexing(weight, ids, start, length)
+    got = ops.embedding(weight, ids, start, length)
     assert torch.equal(got, torch_ops.indexing(weight, ids, start, length))
     owned = (ids >= start) & (ids < start + length)
     assert torch.equal(got[owned], weight[ids[owned] - start])
@@ -156,7 +178,7 @@ def test_extension_matches_torch_ops_byte_for_byte_on_gpu():
             k, v = qkv[:, 1], qkv[:, 2]
             indices = torch.randperm(slots, generator=gen, device="cuda")[:n]
             got_k, got_v = k_cache.clone(), v_cache.clone()
-            kernel.store_cache(got_k, got_v, indices, k, v)
+            ops.store_kv(got_k, got_v, indices, k, v)
             want_k, want_v = k_cache.clone(), v_cache.clone()
             torch_ops.store_cache(want_k, want_v, indices, k, v)
             assert same(got_k, want_k) and same(got_v, want_v), (dtype, heads, dim, n)
@@ -165,7 +187,7 @@ def test_extension_matches_torch_ops_byte_for_byte_on_gpu():
         for start, length in [(0, 1000), (500, 250)]:
             weight = rand(length, hidden, dtype=torch.bfloat16)
             ids = torch.randint(0, 1000, (41,), generator=gen, device="cuda")
-            got = kernel.indexing(weight, ids, start, length)
+            got = ops.embedding(weight, ids, start, length)
             assert same(got, torch_ops.indexing(weight, ids, start, length)), (hidden, start)
 
 

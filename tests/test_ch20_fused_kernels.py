@@ -1,9 +1,9 @@
 """Chapter 20: the fused small kernels of a decoder layer (RMSNorm, add + RMSNorm, q/k norm + RoPE,
-SiLU-and-mul) against the layers' torch code, which is what a CPU runs and the reference; the
-one-token GEMV, alone and with an RMSNorm or SiLU-and-mul computed on its input, against the torch
-composition, and a decoder on that one-token path against the torch code; and the decode attention
-kernel's tiling configs (one split writing its result directly, other key-block sizes) against
-dense attention.
+SiLU-and-mul) against the ops' torch references, which are what a CPU runs; the one-token GEMV,
+alone and with an RMSNorm or SiLU-and-mul computed on its input, against the torch composition;
+the registry's rule that takes them for GPU tensors, and a decoder on that one-token path against
+the torch code; and the decode attention kernel's tiling configs (one split writing its result
+directly, other key-block sizes) against dense attention.
 
 On a CPU the kernels run under Triton's interpreter, in fp32 (within 1e-5) and fp16 (the rounding
 order of the torch code, so equal within one fp16 step); the interpreter keeps bf16 as raw 16-bit
@@ -14,14 +14,15 @@ kernel writes into a given tensor, and strided inputs come from slices of wider 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
 from test_ch20_triton_attention import check_decode, paged_kv
 
-import minisgl.kernel.triton as kernels
 import minisgl.layers.linear as linear_module
+from minisgl import ops
 from minisgl.distributed import set_tp_info
 from minisgl.kernel.triton import (
     DECODE_CONFIGS,
@@ -38,10 +39,11 @@ from minisgl.kernel.triton import (
     silu_and_mul,
 )
 from minisgl.layers import LinearRowParallel
-from minisgl.layers.activation import silu_and_mul as torch_silu_and_mul
-from minisgl.layers.norm import rms_norm as torch_rms_norm
 from minisgl.layers.rotary import RotaryEmbedding
 from minisgl.models.config import RopeScaling
+from minisgl.ops import triton_impls
+from minisgl.ops.activation import silu_and_mul_torch as torch_silu_and_mul
+from minisgl.ops.norm import rms_norm_torch as torch_rms_norm
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -477,31 +479,82 @@ def test_row_parallel_gated_gemv_reduces_then_adds_the_bias_once(monkeypatch):
     down.weight, down.bias = w, b
     expected = down.forward(torch_silu_and_mul(gate_up))  # the torch path (CPU)
     down.weight, down.bias = w.to(DEVICE), b.to(DEVICE)
-    got = down.forward_silu_and_mul(kernels, gate_up.to(DEVICE))
+    calls = one_token_path(monkeypatch)
+    got = down.forward_silu_and_mul(gate_up.to(DEVICE))
+    assert calls == {"silu_and_mul_linear": 1}  # the gated GEMV ran
     assert reduced == [(1, 16), (1, 16)]  # one all-reduce each
     close(got, expected, torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------
-# A decoder on the one-token path (DecoderLayer forces the fused GEMVs through triton_for)
+# The registry's rule (ops/triton_impls.py), and a decoder on the one-token path
+
+
+class OnGpu:
+    """Stands in for a GPU tensor where only the rule looks at it (it is never computed on)."""
+
+    is_cuda = True
+
+    def __init__(self, *shape: int, contiguous: bool = True) -> None:
+        self.shape, self.contiguous = shape, contiguous
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        return self.contiguous
+
+
+@pytest.fixture
+def fused_kernels_flag(monkeypatch):
+    """Set MINISGL_DISABLE_FUSED_KERNELS for the rule (it reads the flag once per process)."""
+
+    def set_flag(value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv("MINISGL_DISABLE_FUSED_KERNELS", raising=False)
+        else:
+            monkeypatch.setenv("MINISGL_DISABLE_FUSED_KERNELS", value)
+        triton_impls.fused_kernels_on.cache_clear()
+
+    yield set_flag
+    monkeypatch.delenv("MINISGL_DISABLE_FUSED_KERNELS", raising=False)
+    triton_impls.fused_kernels_on.cache_clear()
+
+
+def test_a_gpu_tensor_takes_triton_unless_fused_kernels_are_disabled(fused_kernels_flag):
+    small = (ops.rms_norm, ops.fused_add_rms_norm, ops.silu_and_mul, ops.rope)
+    gemvs = (ops.linear, ops.fused_add_rms_norm_linear, ops.silu_and_mul_linear)
+    fused_kernels_flag(None)
+    for op in small:
+        assert op.kind_for(OnGpu(5, 64)) == "triton", op.name
+        assert op.kind_for(torch.zeros(5, 64)) == "torch", op.name  # a CPU tensor
+    for op in gemvs:  # the GEMVs take one contiguous token only
+        assert op.kind_for(OnGpu(1, 64)) == "triton", op.name
+        assert op.kind_for(OnGpu(2, 64)) == "torch", op.name
+        assert op.kind_for(OnGpu(1, 64, contiguous=False)) == "torch", op.name
+        assert op.kind_for(torch.zeros(1, 64)) == "torch", op.name
+    fused_kernels_flag("1")
+    for op in small + gemvs:
+        assert op.kind_for(OnGpu(1, 64)) == "torch", op.name
+
+
+def one_contiguous_token(x: torch.Tensor, *_) -> bool:
+    return x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous()
 
 
 def one_token_path(monkeypatch) -> Counter:
-    """Make layers/linear.py's triton_for hand out the kernels for any tensor (on a CPU they are
-    interpreted), so one token takes the GPU's path; returns how often each kernel was called."""
+    """Let the one-token ops take their GEMV for one contiguous token on any device (on a CPU the
+    kernels are interpreted), so one token takes the GPU's path; returns how often each op ran
+    its GEMV."""
     calls: Counter = Counter()
+    for op in (ops.linear, ops.fused_add_rms_norm_linear, ops.silu_and_mul_linear):
+        (gemv,) = op.faster
 
-    class Counted:
-        def __getattr__(self, name):
-            fn = getattr(kernels, name)
+        def counted(*args, _name=op.name, _fn=gemv.fn):
+            calls[_name] += 1
+            return _fn(*args)
 
-            def call(*args, **kwargs):
-                calls[name] += 1
-                return fn(*args, **kwargs)
-
-            return call
-
-    monkeypatch.setattr(linear_module, "triton_for", lambda t: Counted())
+        monkeypatch.setattr(op, "faster", [replace(gemv, fn=counted, takes=one_contiguous_token)])
     return calls
 
 
@@ -534,8 +587,9 @@ def test_one_token_decoder_path_equals_torch(case, tmp_path, monkeypatch):
     expected_two = reference.forward(two_ids, two_positions)
     calls = one_token_path(monkeypatch)
     got = model.forward(ids.to(DEVICE), positions.to(DEVICE)).cpu()
-    assert calls["gemv_rmsnorm"] == layers + dense  # qkv everywhere, gate_up in dense layers
-    assert calls["gemv_silu_and_mul"] == dense
+    # the norm with qkv everywhere, with gate_up in dense layers; SiLU-and-mul with down_proj
+    assert calls["fused_add_rmsnorm_linear"] == layers + dense
+    assert calls["silu_and_mul_linear"] == dense
     tol = 1e-5 if DEVICE == "cpu" else 1e-4
     assert (got - expected).abs().max().item() <= tol
     calls.clear()
@@ -626,7 +680,7 @@ def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path, monkeypatch):
         expected = hf_model(ids[None]).logits[0].float()
     got = ours.forward(ids.cuda(), torch.arange(len(ids), device="cuda")).cpu()
     assert (got - expected).abs().max().item() <= 1e-4
-    calls = one_token_path(monkeypatch)  # counts the kernels taken from layers/linear.py
+    calls = one_token_path(monkeypatch)  # counts the one-token ops that ran their GEMV
     for token in ids[:3]:
         one = token.reshape(1)
         with torch.no_grad():
@@ -634,4 +688,5 @@ def test_models_on_gpu_with_fused_kernels_match_hf(case, tmp_path, monkeypatch):
         got = ours.forward(one.cuda(), torch.zeros(1, dtype=torch.long, device="cuda")).cpu()
         assert (got - expected).abs().max().item() <= 1e-4
     layers = TINY["num_hidden_layers"]
-    assert calls["gemv_rmsnorm"] == 3 * 2 * layers and calls["gemv_silu_and_mul"] == 3 * layers
+    assert calls["fused_add_rmsnorm_linear"] == 3 * 2 * layers
+    assert calls["silu_and_mul_linear"] == 3 * layers

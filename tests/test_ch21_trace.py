@@ -15,11 +15,12 @@ import torch
 from flashinfer_bench.data import TraceSet
 
 import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
-from minisgl.trace import runtime
+from minisgl.ops import hook
 from minisgl.trace.capture import Recorder, output_path
 from minisgl.trace.demo import chat_prompts, mixed_params
 from minisgl.trace.ops import OPS, pow2_bucket, spec_for, tolerance
 from minisgl.trace.replay import load_inputs, reference_fn
+from minisgl.trace.runtime import Runtime
 
 MAX_TOKENS = 3
 
@@ -33,7 +34,7 @@ def captured(tmp_path_factory, smollm2_dir):
     prompts = chat_prompts(llm)
     outputs = llm.generate(prompts, mixed_params(len(prompts), MAX_TOKENS), use_tqdm=False)
     llm.shutdown()
-    assert runtime.current() is None  # shutdown uninstalls the recorder
+    assert hook.installed is None  # shutdown uninstalls the recorder
     return root, outputs
 
 
@@ -104,12 +105,12 @@ def test_moe_and_rmsnorm_ops_are_captured_and_reproduced(tmp_path):
     norm = RMSNorm(16, 1e-6)
     norm.weight = torch.rand(16, generator=gen) + 0.5
     recorder = Recorder(tmp_path)
-    runtime.install(runtime.Runtime(recorder))
+    hook.install(Runtime(recorder))
     try:
         moe_out = fused_moe(x, logits, w13, w2, 2, True)
         norm_out = norm.forward(x)
     finally:
-        runtime.install(None)
+        hook.install(None)
     ts = TraceSet.from_path(str(tmp_path))
     assert set(ts.definitions) == {"moe_topk2_e4_h16_i8", "rmsnorm_h16"}
     for name, engine_out in [("moe_topk2_e4_h16_i8", moe_out), ("rmsnorm_h16", norm_out)]:
@@ -120,24 +121,103 @@ def test_moe_and_rmsnorm_ops_are_captured_and_reproduced(tmp_path):
 
 
 def test_without_a_runtime_ops_run_as_written():
-    from minisgl.layers.activation import silu_and_mul
+    from minisgl.ops import silu_and_mul
 
-    assert runtime.current() is None
+    assert hook.installed is None
     x = torch.randn(3, 8)
     torch.testing.assert_close(silu_and_mul(x), torch.nn.functional.silu(x[:, :4]) * x[:, 4:])
 
 
 def test_recorder_cap_and_dedup(tmp_path):
-    from minisgl.layers.activation import silu_and_mul
+    from minisgl.ops import silu_and_mul
 
     recorder = Recorder(tmp_path, max_per_definition=2)
-    runtime.install(runtime.Runtime(recorder))
+    hook.install(Runtime(recorder))
     try:
         for n in [1, 1, 2, 3, 4, 5, 100]:  # buckets 1, 1, 2, 4, 4, 8, 128
             silu_and_mul(torch.randn(n, 8))
     finally:
-        runtime.install(None)
+        hook.install(None)
     (workloads,) = TraceSet.from_path(str(tmp_path)).workloads.values()
     assert [w.workload.axes["num_tokens"] for w in workloads] == [1, 2]
     assert pow2_bucket(0) == 0 and pow2_bucket(5) == 8 and pow2_bucket(8) == 8
     assert set(OPS) >= {"rmsnorm", "moe", "sampling", "attention"}
+
+
+class Seen:
+    """A hook of the test's own: it records each op call and runs what the rule picks."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.paused = 0
+
+    def run(self, op, args):
+        self.calls.append(op.name)
+        return op.pick(*args)(*args)
+
+    def pause_recording(self) -> None:
+        self.paused += 1
+
+    def resume_recording(self) -> None:
+        self.paused -= 1
+
+    def wants_eager(self, batch) -> bool:
+        return batch == "unseen"
+
+
+def test_the_registry_hook_sees_every_op_call(tmp_path):
+    """Any object with the hook's four methods can be installed: it sees each op call of a model
+    (the plain ops inside a fused one too) and runs it; uninstalled, nothing more is seen."""
+    from test_ch03_models import CASES, save_random_hf_model
+
+    from minisgl.models.weight import load_model
+
+    model_type, arch, overrides = CASES["qwen3-qknorm"]
+    save_random_hf_model(tmp_path, model_type, arch, **overrides)
+    model = load_model(tmp_path)
+    ids, positions = torch.tensor([3, 1, 4]), torch.arange(3)
+    expected = model.forward(ids, positions)
+    seen = Seen()
+    hook.install(seen)
+    try:
+        got = model.forward(ids, positions)
+        hook.pause_recording()
+        assert seen.paused == 1 and hook.wants_eager("unseen") and not hook.wants_eager("seen")
+        hook.resume_recording()
+    finally:
+        hook.install(None)
+    assert torch.equal(got, expected)
+    # each fused op (chapter 20) first, then the plain ops its torch reference calls
+    per_layer = ["fused_add_rmsnorm_linear", "fused_add_rmsnorm", "linear",  # norm + qkv_proj
+                 "rope", "linear",  # o_proj
+                 "fused_add_rmsnorm_linear", "fused_add_rmsnorm", "linear",  # norm + gate_up
+                 "silu_and_mul_linear", "silu_and_mul", "linear"]  # SiLU-and-mul + down_proj
+    layers = len(model.model.layers)
+    assert seen.calls == ["embedding", *per_layer * layers, "fused_add_rmsnorm"]
+    model.forward(ids, positions)
+    assert hook.installed is None and seen.paused == 0 and not hook.wants_eager("unseen")
+
+
+def test_the_server_records_a_trace_while_serving(tmp_path, smollm2_dir):
+    """`python -m minisgl --trace-dir DIR`: the server's scheduler process starts the session
+    (the engine never imports trace/), records while it serves, and writes the summary when it
+    stops."""
+    from conftest import RunningServer
+
+    root = tmp_path / "served"
+    server = RunningServer(["--model", str(smollm2_dir), "--num-tokenizer", "1",
+                            "--num-pages", "512", "--max-seq-len", "512",
+                            "--max-running-requests", "4", "--trace-dir", str(root)])
+    try:
+        # sampled, not greedy: the sampling op runs only for rows that draw a token
+        status, reply = server.post("/v1/completions", {"prompt": "The capital of France is",
+                                                         "max_tokens": 3, "temperature": 0.8,
+                                                         "top_p": 0.9})
+        assert status == 200, reply
+    finally:
+        assert server.stop() == 0, server.log_text()
+    ran = json.loads((root / "capture.json").read_text())["definitions_run"]
+    ts = TraceSet.from_path(str(root))
+    assert {spec_for(ts.definitions[name]).op for name in ran} >= {
+        "embedding", "store_kv", "rope", "attention", "sampling"}
+    assert all(ts.workloads.get(name) for name in ran)

@@ -15,12 +15,14 @@ import torch
 from flashinfer_bench.data import EvaluationStatus, TraceSet
 
 import minisgl.kernel.triton  # noqa: F401  (first: it sets up Triton's interpreter on a CPU)
+from minisgl import ops
 from minisgl.core import SamplingParams
-from minisgl.trace import runtime
+from minisgl.ops import hook
 from minisgl.trace.apply import MIN_GAIN, Applier, Choice, best_per_bucket, pick
 from minisgl.trace.bench import BenchConfig, bench
 from minisgl.trace.demo import chat_prompts
 from minisgl.trace.report import plot, rows, table
+from minisgl.trace.runtime import Runtime
 from minisgl.trace.solutions import Impl, engine_default, find, register, unregister
 
 
@@ -115,12 +117,12 @@ def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
         llm = LLM(str(smollm2_dir), trace_set=str(root), max_running_reqs=8)
         # On a CPU every pick is the torch code, the engine's own default: apply swaps nothing,
         # so it installs nothing and every op runs as written.
-        assert runtime.current() is None
+        assert hook.installed is None
         kept = llm.generate(prompts, greedy, use_tqdm=False)
         applier = Applier.load(root, torch.device("cpu"))
         assert applier.table and not applier.swapped_ops
         # Marked as swaps, each traced op runs through its solution's canonical call
-        # (Runtime.call -> impl.fn -> OpSpec.finish), the path a GPU swap takes.
+        # (Runtime.run -> impl.fn -> OpSpec.finish), the path a GPU swap takes.
         calls = Counter()
 
         def counted(impl: Impl) -> Impl:
@@ -133,11 +135,11 @@ def test_apply_keeps_greedy_outputs(benched, smollm2_dir):
                                 for b, c in buckets.items()}
                          for name, buckets in applier.table.items()}
         assert applier.swapped_ops >= {"fused_add_rmsnorm", "silu_and_mul", "store_kv"}
-        runtime.install(runtime.Runtime(applier=applier))
+        hook.install(Runtime(applier=applier))
         try:
             applied = llm.generate(prompts, greedy, use_tqdm=False)
         finally:
-            runtime.install(None)
+            hook.install(None)
             llm.shutdown()
     finally:
         unregister("fused_add_rmsnorm", "planted")
@@ -158,17 +160,22 @@ def test_ops_apply_does_not_swap_skip_the_dispatch():
             seen.append(spec.op)
             return None
 
-    rt = runtime.Runtime(applier=OnlySilu())
+    class AsWritten:  # fused_add_rmsnorm, with what the registry's rule would run
+        name = "fused_add_rmsnorm"
+
+        def pick(self, *args):
+            return lambda *a: "as written"
+
+    rt = Runtime(applier=OnlySilu())
     # arguments no call site accepts: the dispatch must not even look at them
-    assert rt.call("fused_add_rmsnorm", lambda *a: "as written", ("not", "tensors"), {}) \
-        == "as written"
+    assert rt.run(AsWritten(), ("not", "tensors")) == "as written"
     assert seen == []
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(3))
     gate, up = x.chunk(2, dim=-1)
-    out = rt.call("silu_and_mul", lambda t: torch.nn.functional.silu(gate) * up, (x,), {})
+    out = rt.run(ops.silu_and_mul, (x,))
     assert seen == ["silu_and_mul"] and torch.equal(out, torch.nn.functional.silu(gate) * up)
     # a recorder sees every op, so with one the filter is off
-    assert runtime.Runtime(recorder=object(), applier=OnlySilu()).only_ops is None
+    assert Runtime(recorder=object(), applier=OnlySilu()).only_ops is None
 
 
 def test_apply_needs_benchmarked_traces(tmp_path):
@@ -180,7 +187,8 @@ def test_rope_tolerance_admits_rounding_once_and_fails_a_wrong_rotation():
     """bf16 RoPE: the reference rounds each product (like HF), the fused kernel only their sum.
     On the H200 that alone failed atol 1e-2 on 1 element of 33 million; the op's wider atol
     admits it, while a rotation by the wrong position still fails."""
-    from minisgl.layers.rotary import RotaryEmbedding, rotate
+    from minisgl.layers.rotary import RotaryEmbedding
+    from minisgl.ops.rope import rotate
     from minisgl.trace.bench import compare
     from minisgl.trace.ops import OPS
 
@@ -222,3 +230,31 @@ def test_engine_default_on_a_cpu_is_the_torch_code():
     assert {engine_default(op, cpu) for op in ("rmsnorm", "silu_and_mul", "rope", "store_kv",
                                               "embedding", "moe", "sampling")} == {"torch"}
     assert engine_default("attention", cpu) is None
+
+
+def test_a_hook_may_run_another_implementation():
+    """The registry's hook decides what runs: here it replaces silu_and_mul with a counted copy of
+    its reference and leaves every other op to the rule; the caller gets the replacement's
+    result, and the op's own code is not called."""
+    ran = Counter()
+
+    def replacement(x):
+        ran["replacement"] += 1
+        return 2 * ops.silu_and_mul.reference(x)
+
+    class Swap:
+        def run(self, op, args):
+            fn = replacement if op is ops.silu_and_mul else op.pick(*args)
+            return fn(*args)
+
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(5))
+    want = ops.silu_and_mul.reference(x)
+    hook.install(Swap())
+    try:
+        doubled = ops.silu_and_mul(x)
+        normed = ops.rms_norm(x, torch.ones(8), 1e-6)
+    finally:
+        hook.install(None)
+    assert torch.equal(doubled, 2 * want) and ran == {"replacement": 1}
+    assert torch.equal(normed, ops.rms_norm.reference(x, torch.ones(8), 1e-6))
+    assert torch.equal(ops.silu_and_mul(x), want)  # uninstalled: the rule again

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from minisgl.models.config import ModelConfig
+from minisgl.ops import hook
 from minisgl.trace import roofline as rf
-from minisgl.trace import runtime
 from minisgl.trace.bench import BenchConfig, bench
 from minisgl.trace.breakdown import format_times, op_times
 from minisgl.trace.capture import Recorder
+from minisgl.trace.runtime import Runtime
 from minisgl.utils.offline import QWEN3_CONFIG, QWEN3_MOE_CONFIG
 
 
@@ -68,17 +69,17 @@ def test_roofline_plot_and_table(qwen3, tmp_path):
 
 
 def test_breakdown_is_calls_times_latency(tmp_path):
-    from minisgl.layers.activation import silu_and_mul
+    from minisgl.ops import silu_and_mul
 
     recorder = Recorder(tmp_path, max_per_definition=8)
-    runtime.install(runtime.Runtime(recorder))
+    hook.install(Runtime(recorder))
     try:
         gen = torch.Generator().manual_seed(1)
         for n in [1, 1, 1, 3, 4, 16]:  # buckets 1 (x3), 4 (x2), 16 (x1)
             silu_and_mul(torch.randn(n, 8, generator=gen))
     finally:
         recorder.close()
-        runtime.install(None)
+        hook.install(None)
     calls = json.loads((tmp_path / "capture.json").read_text())["calls"]
     assert calls == {"silu_and_mul_i4": {"1": 3, "4": 2, "16": 1}}
     bench(tmp_path, BenchConfig("cpu", warmup=0, iters=1, trials=1, solutions=("torch",)))

@@ -8,12 +8,12 @@ a whole line, a `#` or `//` comment whose text is one of
     >>> chNN            the lines up to `<<< chNN` exist from chapter NN on
     <<< chNN
 
-For example, a fast path that chapter NN adds to a function:
+For example, the hook that chapter NN adds to a function:
 
-    def rms_norm(x, weight, eps):
+    def __call__(self, *args):
         #  >>> chNN
-        if (fused := triton_for(x)) is not None:
-            return fused.rms_norm(x, weight, eps)
+        if hook.installed is not None:
+            return hook.installed.run(self, args)
         #  <<< chNN
         ...
 
@@ -23,8 +23,8 @@ and blocks do not nest.
 Some lines need no marker, because the tree after chapter N derives them (tools/steps_derive.py
 has the rules): a top-level import of a package module the tree does not have yet, or of a name
 that a module of the tree does not define yet, is left out, and so is a decorator whose name only
-such an import brought in. In the example, `from minisgl.kernel import triton_for` needs no marker:
-before chapter NN, minisgl/kernel/__init__.py defines no `triton_for`.
+such an import brought in. In the example, `from . import hook` needs no marker: before chapter
+NN, the tree has no minisgl/ops/hook.py.
 
 Code that a chapter replaces, rather than adds to, is not kept commented out in the source: the
 chapter lists the path under `rewrites` in its manifest entry, and the older version is kept, as

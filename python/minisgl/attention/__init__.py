@@ -8,9 +8,7 @@ from minisgl.kvcache.mha_pool import MHAKVCache
 
 from .base import BaseAttnBackend
 from .torch_native import TorchNativeBackend
-
 from .triton import TritonBackend
-
 
 BACKENDS = {"torch": TorchNativeBackend}
 # >>> ch20

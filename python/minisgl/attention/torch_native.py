@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 from minisgl.core import Batch
 from minisgl.kvcache.mha_pool import MHAKVCache
-from minisgl.trace.runtime import traced
 
 from .base import BaseAttnBackend
 
@@ -87,7 +86,6 @@ class TorchNativeBackend(BaseAttnBackend):
                              device=device)
         return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer)
 
-    @traced("attention")
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)

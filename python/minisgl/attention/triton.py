@@ -15,7 +15,6 @@ import torch
 
 from minisgl.core import Batch
 from minisgl.kvcache.mha_pool import MHAKVCache
-from minisgl.trace.runtime import traced
 from minisgl.utils.transfer import copy_to_device, to_device
 
 from .base import BaseAttnBackend
@@ -93,7 +92,6 @@ class TritonBackend(BaseAttnBackend):
         # left by an earlier, larger batch would make them attend over its keys for no use.
         self.graph_kv_lens[n:padded_size].zero_()
 
-    @traced("attention")
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)

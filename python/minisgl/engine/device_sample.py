@@ -34,12 +34,10 @@ from dataclasses import dataclass
 
 import torch
 
+from minisgl import ops
 from minisgl.core import SamplingParams
+from minisgl.ops.sampling import inverse_cdf_sample
 from minisgl.utils.transfer import to_device
-
-from .sample import top_k_top_p_filter
-
-from minisgl.trace.runtime import traced
 
 MASK32 = 0xFFFFFFFF
 
@@ -66,30 +64,6 @@ def uniform_from(seed32: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
     x = _mix32(_mix32(seed32) ^ (position & MASK32))
     x = _mix32(x ^ 0x9E3779B9)
     return (x >> 8).float() * (1.0 / (1 << 24))  # 24 bits: exactly representable, below 1
-
-
-def inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor
-                       ) -> torch.Tensor:
-    """The first token whose cumulative probability exceeds u * total, per row.
-
-    probs: [B, V] fp32 (rows need not sum to exactly 1), u: [B] in [0, 1), fallback: [B] a token
-    of non-zero probability. Rounding in a parallel cumsum can, very rarely, put the draw on a
-    token of probability zero (one that top-k/top-p removed); the fallback replaces it.
-    """
-    cdf = probs.cumsum(dim=-1)
-    x = u.unsqueeze(1) * cdf[:, -1:]
-    token = torch.searchsorted(cdf, x, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
-    ok = probs.gather(1, token.unsqueeze(1)).squeeze(1) > 0
-    return torch.where(ok, token, fallback)
-
-
-@traced("sampling")
-def sample_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                       u: torch.Tensor) -> torch.Tensor:
-    """Tokens [B] from temperature-scaled logits [B, V] cut to each row's top-k / top-p set,
-    drawn with the row's uniform number u (the op chapter 21 records as a Definition)."""
-    filtered = top_k_top_p_filter(logits, top_k, top_p)
-    return inverse_cdf_sample(filtered.softmax(dim=-1), u, fallback=logits.argmax(dim=-1))
 
 
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor,
@@ -229,8 +203,8 @@ class DeviceSampler:
               rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         scaled = logits / self.temperature[rows].unsqueeze(1)
         u = uniform_from(self.seed32[rows], positions)
-        if bool(self.filtered_host[rows_host].any()):  # one traced op (chapter 21)
-            sampled = sample_top_k_top_p(scaled, self.top_k[rows], self.top_p[rows], u)
+        if bool(self.filtered_host[rows_host].any()):
+            sampled = ops.top_k_top_p_sampling(scaled, self.top_k[rows], self.top_p[rows], u)
         else:
             sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
         return torch.where(self.greedy[rows], greedy, sampled)

@@ -29,15 +29,13 @@ from minisgl.distributed import broadcast_int, get_tp_info, kv_heads_per_rank, m
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
+from minisgl.ops import hook
 from minisgl.utils import init_logger
 from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
 from .device_sample import DeviceSampler, TokenLogprobs
 from .graph import GraphRunner, cuda_graph_sizes
-
-from minisgl.trace.session import trace_session
-
 
 logger = init_logger(__name__)
 
@@ -79,11 +77,10 @@ def _pinned_copy(t: torch.Tensor) -> torch.Tensor:
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
         # >>> ch21
-        # FlashInfer Trace (chapters 21-22): record workloads and/or apply the fastest verified
-        # solutions; installed before the model runs or any CUDA graph is captured.
-        self.trace = trace_session(config)
-        if self.trace is not None:
-            config = self.trace.engine_config  # with the attention backend apply chose
+        if config.trace_dir and hook.installed is None:
+            # The trace sits above the engine: whoever builds it starts the session first.
+            logger.warning("trace_dir=%s but no trace session runs in this process (LLM starts "
+                           "one): nothing will be recorded", config.trace_dir)
         # <<< ch21
         self.config = config
         self.device = torch.device(config.device)
@@ -201,8 +198,3 @@ class Engine:
 
     def shutdown(self) -> None:
         set_global_ctx(None)
-        # >>> ch21
-        if self.trace is not None:
-            self.trace.close()
-            self.trace = None
-        # <<< ch21

@@ -27,10 +27,8 @@ import torch
 from minisgl.attention.base import BaseAttnBackend
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.models.base import CausalLM
+from minisgl.ops.hook import pause_recording, resume_recording, wants_eager
 from minisgl.utils import init_logger
-
-from minisgl.trace.runtime import pause_recording, resume_recording, wants_eager
-
 
 logger = init_logger(__name__)
 
@@ -111,7 +109,7 @@ class GraphRunner:
 
     def can_run(self, batch: Batch) -> bool:
         # >>> ch21
-        if wants_eager(batch):  # a trace capture records this step outside the graph (ch. 21)
+        if wants_eager(batch):  # a trace records this step outside the graph (ch. 21)
             return False
         # <<< ch21
         return not batch.is_prefill and bool(self.sizes) and batch.size <= self.sizes[-1]

@@ -4,8 +4,8 @@
     python -m minisgl.kernel.bench DIR [--out OUT]      # a GPU: latency traces
 
 For every workload in DIR (store_kv and embedding definitions) this runs the `<definition>_cuda`
-solution (the custom kernels, through minisgl.kernel's dispatch, i.e. the extension built from
-csrc/ext.cu) and the `<definition>_torch` solution (torch_ops.py, the engine's reference and
+solution (the custom kernels, through the op registry's dispatch, which takes the extension built
+from csrc/ext.cu for GPU tensors) and the `<definition>_torch` solution (torch_ops.py, the engine's reference and
 fallback) on the workload's own input bytes, checks each against the Definition's reference
 run() byte for byte, times it with CUDA events (warm-up, then the median of --iters samples of
 10 back-to-back runs on the same inputs: both ops are idempotent), and appends one Trace per
@@ -120,14 +120,14 @@ def _embedding(impl: Callable):
 
 def implementations(op_type: str) -> dict[str, Callable]:
     """By solution suffix (see tools/emu_trace.py): the CUDA kernels and the torch fallback."""
-    from minisgl import kernel
-    from minisgl.kernel import torch_ops
+    from minisgl import ops
 
     if op_type == "store_kv":
-        return {"cuda": _store_kv(kernel.store_cache, torch.int32),
-                "torch": _store_kv(torch_ops.store_cache, torch.int64)}
+        return {"cuda": _store_kv(ops.store_kv, torch.int32),
+                "torch": _store_kv(ops.store_kv.implementation("torch"), torch.int64)}
     if op_type == "embedding":
-        return {"cuda": _embedding(kernel.indexing), "torch": _embedding(torch_ops.indexing)}
+        return {"cuda": _embedding(ops.embedding),
+                "torch": _embedding(ops.embedding.implementation("torch"))}
     raise ValueError(f"no implementations of op_type {op_type!r}")
 
 
@@ -197,7 +197,7 @@ def bench_workload(root: Path, definition: dict, workload: dict, solutions: list
     from minisgl.kernel.cuda_ext import load_extension
 
     impls = implementations(definition["op_type"])
-    if load_extension() is None:  # kernel.* would fall back to torch: nothing to time
+    if load_extension() is None:  # the ops would fall back to torch: nothing to time
         del impls["cuda"]
     inputs = load_inputs(root, definition, workload, "cuda")
     expected = reference_outputs(definition, inputs)

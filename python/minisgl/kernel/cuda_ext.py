@@ -49,8 +49,3 @@ def load_extension() -> ModuleType | None:
         logger.warning("CUDA extension unavailable, using torch kernels: %s",
                        str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)
         return None
-
-
-def extension_for(t: torch.Tensor) -> ModuleType | None:
-    """The extension if t lives on a GPU and the extension could be built, else None."""
-    return load_extension() if t.is_cuda else None

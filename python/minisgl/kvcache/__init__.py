@@ -7,9 +7,7 @@ import torch
 from .base import BasePrefixCache, InsertResult, MatchResult
 from .mha_pool import KVPoolConfig, MHAKVCache
 from .naive_cache import NaiveCache
-
 from .radix_cache import RadixCache
-
 
 PREFIX_CACHE_KINDS = ("radix", "naive")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minisgl import kernel
+from minisgl import ops
 
 
 @dataclass(frozen=True)
@@ -53,4 +53,4 @@ class MHAKVCache:
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
                  layer_id: int) -> None:
         """k, v: [tokens, kv_heads, head_dim] written at slots out_loc [tokens]."""
-        kernel.store_cache(self.k_cache(layer_id), self.v_cache(layer_id), out_loc, k, v)
+        ops.store_kv(self.k_cache(layer_id), self.v_cache(layer_id), out_loc, k, v)

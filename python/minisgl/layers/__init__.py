@@ -1,11 +1,10 @@
 """The building blocks of a decoder-only transformer."""
 
-from .activation import silu_and_mul
 from .attention import AttentionLayer
 from .base import BaseOP, OPList
 from .embedding import ParallelLMHead, VocabParallelEmbedding
 from .linear import LinearColParallelMerged, LinearQKVMerged, LinearReplicated, LinearRowParallel
-from .norm import RMSNorm, RMSNormFused, rms_norm
+from .norm import RMSNorm, RMSNormFused
 from .rotary import RotaryEmbedding
 
 __all__ = [
@@ -21,6 +20,4 @@ __all__ = [
     "RMSNormFused",
     "RotaryEmbedding",
     "VocabParallelEmbedding",
-    "rms_norm",
-    "silu_and_mul",
 ]

@@ -11,11 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from minisgl import ops
 from minisgl.core import get_global_ctx
-
-from minisgl.kernel import triton_for
-
-from minisgl.trace.runtime import traced
 
 from .base import BaseOP
 from .norm import RMSNorm
@@ -41,35 +38,23 @@ class AttentionLayer(BaseOP):
         # >>> ch06
         ctx = get_global_ctx()
         if ctx is not None and ctx.batch is not None:
-            out = ctx.attn_backend.forward(q, k, v, self.layer_id, ctx.batch)
+            out = ops.attention(ctx.attn_backend, q, k, v, self.layer_id, ctx.batch)
             return out.reshape(-1, q_size)
         # <<< ch06
         return self._causal_attention(q, k, v).reshape(-1, q_size)
 
-    @traced("rope")
     def _qkv_normed_and_rotated(self, qkv: torch.Tensor, positions: torch.Tensor
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v as [tokens, heads, head_dim]; q and k normalised per head (Qwen3), then
         rotated."""
-        q_size, kv_size = self.num_qo_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        # >>> ch20
-        if (fused := triton_for(qkv)) is not None:  # on a GPU: one Triton kernel (chapter 20)
-            qk_norm = hasattr(self, "q_norm")
-            q, k = fused.qk_norm_rope(qkv, positions, self._rotary._cos, self._rotary._sin,
-                                      self.num_qo_heads, self.num_kv_heads, self.head_dim,
-                                      self.q_norm.weight if qk_norm else None,
-                                      self.k_norm.weight if qk_norm else None,
-                                      self.q_norm.eps if qk_norm else 0.0)
-            return q, k, qkv[:, q_size + kv_size:].view(-1, self.num_kv_heads, self.head_dim)
-        # <<< ch20
-        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-        q = q.reshape(-1, self.num_qo_heads, self.head_dim)
-        k = k.reshape(-1, self.num_kv_heads, self.head_dim)
-        v = v.reshape(-1, self.num_kv_heads, self.head_dim)
-        if hasattr(self, "q_norm"):
-            q, k = self.q_norm.forward(q), self.k_norm.forward(k)
-        q, k = self._rotary.forward(positions, q, k)
-        return q, k, v
+        qk_norm = hasattr(self, "q_norm")
+        q, k = ops.rope(qkv, positions, self._rotary._cos, self._rotary._sin, self.num_qo_heads,
+                        self.num_kv_heads, self.head_dim,
+                        self.q_norm.weight if qk_norm else None,
+                        self.k_norm.weight if qk_norm else None,
+                        self.q_norm.eps if qk_norm else 0.0)
+        v_start = (self.num_qo_heads + self.num_kv_heads) * self.head_dim
+        return q, k, qkv[:, v_start:].view(-1, self.num_kv_heads, self.head_dim)
 
     def _causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                           ) -> torch.Tensor:

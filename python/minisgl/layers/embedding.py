@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minisgl import kernel
+from minisgl import ops
 from minisgl.distributed import all_gather_last_dim, all_reduce, get_tp_info
 from minisgl.utils.misc import cdiv
 
@@ -36,9 +36,9 @@ class VocabParallelEmbedding(BaseOP):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self._tp == 1:
-            return kernel.indexing(self.weight, ids)  # a custom CUDA kernel on GPUs (chapter 19)
+            return ops.embedding(self.weight, ids)  # a custom CUDA kernel on GPUs (chapter 19)
         # ids outside this rank's rows give zero rows; the sum over ranks fills every row once
-        return all_reduce(kernel.indexing(self.weight, ids, self.vocab_start, self.vocab_rows))
+        return all_reduce(ops.embedding(self.weight, ids, self.vocab_start, self.vocab_rows))
 
 
 class ParallelLMHead(BaseOP):

@@ -16,34 +16,12 @@ while the checkpoint is read).
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
-import torch.nn.functional as F
 
+from minisgl import ops
 from minisgl.distributed import all_reduce, divide, get_tp_info, kv_heads_per_rank
 
-from minisgl.kernel import triton_for
-
 from .base import BaseOP
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-           ) -> torch.Tensor:
-    """x W^T + b."""
-    # One token on a GPU (a batch-1 decode step): chapter 20's GEMV reads the weight at close to
-    # the memory's speed, where cuBLAS's kernels for one row leave much of it unused.
-    if (fused := one_token_kernels(x)) is not None:
-        return fused.gemv(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
-def one_token_kernels(x: torch.Tensor) -> ModuleType | None:
-    """Chapter 20's Triton kernels when x is one contiguous token [1, K] on a GPU (a batch-1
-    decode step), else None. The GEMVs (gemv, gemv_rmsnorm, gemv_silu_and_mul) take such an x."""
-    if x.dim() == 2 and x.shape[0] == 1 and x.is_contiguous():
-        return triton_for(x)
-    return None
 
 
 class _Linear(BaseOP):
@@ -52,7 +30,7 @@ class _Linear(BaseOP):
         self.bias = torch.empty(out_features) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return ops.linear(x, self.weight, self.bias)
 
 
 class LinearReplicated(_Linear):
@@ -96,16 +74,18 @@ class LinearRowParallel(_Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._tp == 1:
-            return linear(x, self.weight, self.bias)
-        y = all_reduce(linear(x, self.weight))
+            return ops.linear(x, self.weight, self.bias)
+        y = all_reduce(ops.linear(x, self.weight, None))
         return y if self.bias is None else y + self.bias
 
-    def forward_silu_and_mul(self, fused: ModuleType, gate_up: torch.Tensor) -> torch.Tensor:
-        """forward(silu_and_mul(gate_up)) for one token on a GPU, SiLU-and-mul computed inside
-        the GEMV (fused: one_token_kernels(gate_up)). Each rank's gate_up holds its own slice of
-        gate and of up, so the activation needs nothing from other ranks; the partial sums are
-        reduced and the bias added once, as in forward."""
+    # >>> ch20
+    def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """forward(silu_and_mul(gate_up)) as one op, which a batch-1 decode step on a GPU runs in
+        one kernel (ops/fused_linear.py). Each rank's gate_up holds its own slice of gate and of
+        up, so the activation needs nothing from other ranks; the partial sums are reduced and
+        the bias added once, as in forward."""
         if self._tp == 1:
-            return fused.gemv_silu_and_mul(gate_up, self.weight, self.bias)
-        y = all_reduce(fused.gemv_silu_and_mul(gate_up, self.weight))
+            return ops.silu_and_mul_linear(gate_up, self.weight, self.bias)
+        y = all_reduce(ops.silu_and_mul_linear(gate_up, self.weight, None))
         return y if self.bias is None else y + self.bias
+    # <<< ch20

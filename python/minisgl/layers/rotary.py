@@ -1,8 +1,9 @@
 """Rotary position embedding (RoPE), with the frequency scalings Llama 3 and Qwen3 use.
 
 Each pair of channels (i, i + d/2) of a head is rotated by the angle position * inv_freq[i]
-("neox" layout, as Hugging Face Llama/Qwen checkpoints expect). The cos/sin tables are computed
-once for every position up to max_position, so a forward pass only gathers rows.
+("neox" layout, as Hugging Face Llama/Qwen checkpoints expect; the rotation itself is in
+ops/rope.py). The cos/sin tables are computed once for every position up to max_position, so a
+forward pass only gathers rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import torch
 
 from minisgl.models.config import RopeScaling
+from minisgl.ops.rope import rotate_qk
 
 from .base import BaseOP
 
@@ -73,13 +75,6 @@ def compute_inv_freq(head_dim: int, base: float, scaling: RopeScaling, max_posit
     return inv_freq, 1.0
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [tokens, heads, head_dim]; cos/sin: [tokens, head_dim] already in x's dtype."""
-    half = x.shape[-1] // 2
-    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos.unsqueeze(1) + rotated_half * sin.unsqueeze(1)
-
-
 class RotaryEmbedding(BaseOP):
     def __init__(self, head_dim: int, max_position: int, base: float,
                  scaling: RopeScaling | None = None) -> None:
@@ -94,7 +89,7 @@ class RotaryEmbedding(BaseOP):
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: [tokens, qo_heads, head_dim], k: [tokens, kv_heads, head_dim]."""
-        cos = self._cos[positions].to(q.dtype)
-        sin = self._sin[positions].to(q.dtype)
-        return rotate(q, cos, sin), rotate(k, cos, sin)
+        """q: [tokens, qo_heads, head_dim], k: [tokens, kv_heads, head_dim]. (The attention layer
+        hands the tables to ops.rope instead, which splits q, k from the q|k|v projection and
+        normalises them first for Qwen3.)"""
+        return rotate_qk(q, k, positions, self._cos, self._sin)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-
 import sys
 from typing import Any
 
@@ -16,15 +15,15 @@ import torch
 from tqdm import tqdm
 
 from minisgl.core import SamplingParams, TokenOutput
+from minisgl.distributed import destroy_tp, init_tp
 from minisgl.engine.config import default_device, resolve_dtype
 from minisgl.env import load_env
-from minisgl.distributed import destroy_tp, init_tp
 from minisgl.message import UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.offline_ranks import OfflineRanks
 from minisgl.tokenizer import load_tokenizer
+from minisgl.trace.session import trace_session
 from minisgl.utils.hf import resolve_model
-
 
 # The official mini-sglang's keyword names (EngineConfig / SchedulerConfig at 20fcd7f) and ours,
 # so that scripts written for it, such as its benchmark/offline/bench.py, run unchanged.
@@ -88,6 +87,14 @@ class LLM:
         if self._ranks is not None:
             config = dataclasses.replace(config, device=self._ranks.rank0.device(device))
             init_tp(0, config.tp_size, self._ranks.rank0.init_method, config.device)
+        # >>> ch21
+        # FlashInfer Trace (chapters 21-22) sits above the engine: started here, in the engine's
+        # process, before the model runs or a CUDA graph is captured, it installs its hook in the
+        # op registry (minisgl.ops.hook), which every op call goes through.
+        self.trace = trace_session(config)
+        if self.trace is not None:
+            config = self.trace.engine_config  # with the attention backend apply chose
+        # <<< ch21
         self.scheduler = Scheduler(config)  # EOS ids from the model's config (ModelConfig)
         random.setstate(caller_random)
 
@@ -147,6 +154,11 @@ class LLM:
 
     def shutdown(self) -> None:
         self.scheduler.shutdown()
+        # >>> ch21
+        if self.trace is not None:
+            self.trace.close()  # writes the capture's summary and uninstalls the hook
+            self.trace = None
+        # <<< ch21
         if self._ranks is not None:
             self._ranks.shutdown()
             self._ranks = None

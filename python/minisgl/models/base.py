@@ -11,10 +11,9 @@ Tokens are flattened: input_ids and positions are 1-D over all tokens of the ste
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import torch
 
+from minisgl import ops
 from minisgl.layers import (
     AttentionLayer,
     BaseOP,
@@ -27,24 +26,22 @@ from minisgl.layers import (
     RMSNormFused,
     RotaryEmbedding,
     VocabParallelEmbedding,
-    silu_and_mul,
 )
-from minisgl.layers.linear import one_token_kernels
-
 from minisgl.moe.layer import SparseMoeBlock
-
 from minisgl.utils.registry import Registry
 
 from .config import ModelConfig
 
 
-def _norm_then_linear(fused: ModuleType, norm: RMSNormFused,
-                      proj: LinearQKVMerged | LinearColParallelMerged, x: torch.Tensor,
-                      residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(proj(norm(x, residual)[0]), the new residual) in one kernel, for one token on a GPU.
-    proj is column-parallel (qkv_proj, gate_up_proj): its input is the whole row on every rank,
-    so each rank normalises the row itself and no communication is needed."""
-    return fused.gemv_rmsnorm(x, proj.weight, proj.bias, norm.weight, norm.eps, residual)
+def norm_then_linear(norm: RMSNormFused, proj: LinearQKVMerged | LinearColParallelMerged,
+                     x: torch.Tensor, residual: torch.Tensor | None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(proj(norm(x, residual)[0]), the new residual) as one op (ops/fused_linear.py), which a
+    batch-1 decode step on a GPU runs in one kernel. proj is column-parallel (qkv_proj,
+    gate_up_proj): its input is the whole row on every rank, so each rank normalises the row
+    itself and no communication is needed."""
+    return ops.fused_add_rms_norm_linear(x, residual, norm.weight, norm.eps, proj.weight,
+                                         proj.bias)
 
 
 class SelfAttention(BaseOP):
@@ -59,12 +56,9 @@ class SelfAttention(BaseOP):
                                    *(norms if c.use_qk_norm else (None, None)))
         self.o_proj = LinearRowParallel(c.num_qo_heads * c.head_dim, c.hidden_size)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.forward_qkv(self.qkv_proj.forward(x), positions)
-
     def forward_qkv(self, qkv: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The block after the q/k/v projection: attention, then o_proj (the one-token path of
-        DecoderLayer computes qkv itself, with the RMSNorm before it in the same kernel)."""
+        """The block after the q/k/v projection, which DecoderLayer computes together with the
+        RMSNorm before it: attention, then o_proj."""
         return self.o_proj.forward(self.attn.forward(qkv, positions))
 
     def named_weights(self, prefix: str = ""):
@@ -81,15 +75,12 @@ class MLP(BaseOP):
         self.gate_up_proj = LinearColParallelMerged(config.hidden_size, [inter, inter])
         self.down_proj = LinearRowParallel(inter, config.hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj.forward(silu_and_mul(self.gate_up_proj.forward(x)))
-
-    def forward_one_token(self, fused: ModuleType, x: torch.Tensor, residual: torch.Tensor,
-                          norm: RMSNormFused) -> tuple[torch.Tensor, torch.Tensor]:
-        """(forward(norm(x + residual)), x + residual) in two kernels: the RMSNorm runs inside
-        gate_up_proj's GEMV, SiLU-and-mul inside down_proj's."""
-        gate_up, residual = _norm_then_linear(fused, norm, self.gate_up_proj, x, residual)
-        return self.down_proj.forward_silu_and_mul(fused, gate_up), residual
+    def forward_after_norm(self, norm: RMSNormFused, x: torch.Tensor, residual: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the MLP of norm(x + residual), x + residual) in two ops: the norm with gate_up_proj,
+        SiLU-and-mul with down_proj."""
+        gate_up, residual = norm_then_linear(norm, self.gate_up_proj, x, residual)
+        return self.down_proj.forward_silu_and_mul(gate_up), residual
 
 
 class DecoderLayer(BaseOP):
@@ -102,32 +93,17 @@ class DecoderLayer(BaseOP):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        # >>> ch21
-        # On the one-token path below this layer's norms and its SiLU-and-mul run inside the
-        # GEMVs, so their traced ops (fused_add_rmsnorm, silu_and_mul; chapter 21) are not called:
-        # a trace records them, and apply swaps them, for prefill and larger batches only (and
-        # the norm before a MoE block, which stays a kernel of its own).
-        # <<< ch21
-        if (fused := one_token_kernels(x)) is not None:
-            return self._forward_one_token(fused, x, residual, positions)
-        x, residual = self.input_layernorm.forward(x, residual)
-        x = self.self_attn.forward(x, positions)
-        x, residual = self.post_attention_layernorm.forward(x, residual)
-        return self.mlp.forward(x), residual
-
-    def _forward_one_token(self, fused: ModuleType, x: torch.Tensor,
-                           residual: torch.Tensor | None, positions: torch.Tensor
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
-        """forward() for one token on a GPU (a batch-1 decode step, bound by its number of
-        kernels): each RMSNorm runs inside the GEMV that reads its output, and SiLU-and-mul
-        inside down_proj's, three launches fewer per layer with the same rounding."""
+        """Each RMSNorm goes into one op with the projection that reads it, and SiLU-and-mul with
+        down_proj: for one token on a GPU (a batch-1 decode step, bound by its number of kernels)
+        each pair is one GEMV, three launches fewer per layer with the same rounding; otherwise
+        the plain ops run, in the same order as before chapter 20."""
         attn = self.self_attn
-        qkv, residual = _norm_then_linear(fused, self.input_layernorm, attn.qkv_proj, x, residual)
+        qkv, residual = norm_then_linear(self.input_layernorm, attn.qkv_proj, x, residual)
         x = attn.forward_qkv(qkv, positions)
         if isinstance(self.mlp, MLP):
-            return self.mlp.forward_one_token(fused, x, residual, self.post_attention_layernorm)
+            return self.mlp.forward_after_norm(self.post_attention_layernorm, x, residual)
         # A MoE block (chapter 18) reads the normalised row twice, in its router and in its
-        # experts: the norm stays a kernel of its own
+        # experts: the norm stays an op of its own
         x, residual = self.post_attention_layernorm.forward(x, residual)
         return self.mlp.forward(x), residual
 

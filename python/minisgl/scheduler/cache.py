@@ -17,7 +17,6 @@ from minisgl.utils import cdiv
 from minisgl.utils.transfer import copy_to_device
 
 
-
 class CacheManager:
     def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor,
                  prefix_cache: BasePrefixCache) -> None:

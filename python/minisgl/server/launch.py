@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minisgl.distributed.local import free_port
-
 from minisgl.message import ReadyMsg
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.scheduler.tp import TPRank
-
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.logger import set_log_level
@@ -40,6 +38,7 @@ from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir, remove_stale_
 from minisgl.utils.proctitle import set_process_title
 
 from .args import FlagError, ServerArgs, build_parser, parse_args
+from .trace_scheduler import run_scheduler_with_trace
 
 logger = init_logger(__name__)
 
@@ -151,11 +150,18 @@ class Workers:
                 proc.join()
 
 
+# What a scheduler process runs
+scheduler_main = run_scheduler_process
+# >>> ch21
+scheduler_main = run_scheduler_with_trace  # --trace-dir / --trace-set: a trace session first
+# <<< ch21
+
+
 def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.BaseProcess]:
     """This machine's scheduler processes: rank 0 alone, or its share of the --tp ranks."""
     size = args.tp_size
     if size == 1:
-        return [ctx.Process(target=run_scheduler_process, name="scheduler",
+        return [ctx.Process(target=scheduler_main, name="scheduler",
                             args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready))]
     if args.dist_init_addr is None:  # one machine: a free loopback port, links in the ipc folder
         init_method = f"tcp://127.0.0.1:{free_port()}"
@@ -166,7 +172,7 @@ def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.
         links = tuple(f"tcp://{host}:{int(port) + r}" for r in range(1, size))
     per_node = size // args.nnodes
     first = args.node_rank * per_node
-    return [ctx.Process(target=run_scheduler_process, name=f"scheduler-rank{rank}",
+    return [ctx.Process(target=scheduler_main, name=f"scheduler-rank{rank}",
                         args=(args, addrs.scheduler, addrs.detokenizer, addrs.ready,
                               TPRank(rank, size, init_method, links, per_node)))
             for rank in range(first, first + per_node)]

@@ -115,6 +115,9 @@ class Recorder:
         with open(self._path("workloads", definition, f"{definition.name}.jsonl"), "a") as f:
             f.write(line + "\n")
         self.counts[definition.name] = self.counts.get(definition.name, 0) + 1
+        # A server's scheduler ends by SIGTERM and never reaches close(): the summary is kept
+        # up to date with every workload listed (at most max_per_definition per Definition).
+        self.write_summary()
 
     def wants_eager(self, batch_size: int) -> bool:
         """Should this decode step run eagerly (outside its CUDA graph) to be recorded?"""
@@ -166,12 +169,19 @@ class Recorder:
         rel, tensor_key = self.shared[key]
         return SafetensorsInput(type="safetensors", path=rel, tensor_key=tensor_key)
 
-    def close(self) -> None:
-        (self.root / "capture.json").write_text(json.dumps(
+    def write_summary(self) -> None:
+        """capture.json: the calls seen so far and the workloads kept (written whole, then
+        renamed, so a reader never sees half of it)."""
+        tmp = self.root / "capture.json.tmp"
+        tmp.write_text(json.dumps(
             {"op_calls_seen": self.calls, "workloads": self.summary(),
              "definitions_run": sorted(self.names_seen),
              "calls": {name: {str(b): n for b, n in sorted(buckets.items())}
                        for name, buckets in sorted(self.calls_by_bucket.items())}},
             indent=2) + "\n")
+        tmp.replace(self.root / "capture.json")
+
+    def close(self) -> None:
+        self.write_summary()
         logger.info("trace capture: %d workloads of %d definitions in %s",
                     sum(self.counts.values()), len(self.counts), self.root)

@@ -1,9 +1,10 @@
 """Every op the engine runs, described as a FlashInfer Trace Definition (chapter 21).
 
-An `OpSpec` ties three views of one op together:
+An `OpSpec` ties three views of one op of the registry (minisgl.ops, same name) together:
 
-- the engine's call site (`site`): the arguments of the decorated function become a `Call` whose
-  `args` are the op's canonical arguments, the signature every solution of the op takes;
+- the engine's call (`site`): the op's arguments, which are already its canonical arguments (the
+  signature every solution of the op takes), become a `Call`, or None where a call is not an
+  instance of the Definition;
 - the Definition (`definition`): name, axes (model constants fixed, batch-like axes variable),
   inputs, outputs and the reference `run()` of references.py;
 - a Workload (`workload`): the variable axes of one call and its input tensors, ready to save, and
@@ -143,12 +144,12 @@ def tolerance(spec_: OpSpec, dtype: torch.dtype) -> tuple[float, float] | None:
 # Normalisation and activation
 # ----------------------------------------------------------------------------------------------
 class RMSNormOp(OpSpec):
-    """RMSNorm.forward(self, x) -> rms_norm(x, weight, eps)."""
+    """ops.rms_norm(x, weight, eps)."""
 
-    def site(self, layer: Any, x: torch.Tensor) -> Call | None:
+    def site(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> Call | None:
         if x.dim() != 2:
             return None  # only the hidden-state norms; q/k norms belong to RoPE
-        return Call((x, layer.weight, layer.eps))
+        return Call((x, weight, eps))
 
     def name(self, call: Call) -> str:
         return f"rmsnorm_h{call.args[0].shape[1]}"
@@ -176,13 +177,13 @@ class RMSNormOp(OpSpec):
 
 
 class FusedAddRMSNormOp(OpSpec):
-    """RMSNormFused.forward(self, x, residual) -> (norm(x + residual), x + residual)."""
+    """ops.fused_add_rms_norm(x, residual, weight, eps) -> (norm(x + residual), x + residual)."""
 
-    def site(self, layer: Any, x: torch.Tensor, residual: torch.Tensor | None = None
-             ) -> Call | None:
+    def site(self, x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
+             eps: float) -> Call | None:
         if residual is None:
             return None  # the first layer's norm has no residual to add: runs as written
-        return Call((x, residual, layer.weight, layer.eps))
+        return Call((x, residual, weight, eps))
 
     def name(self, call: Call) -> str:
         return f"fused_add_rmsnorm_h{call.args[0].shape[1]}"
@@ -212,7 +213,7 @@ class FusedAddRMSNormOp(OpSpec):
 
 
 class SiluAndMulOp(OpSpec):
-    """silu_and_mul(x) on the merged gate|up projection."""
+    """ops.silu_and_mul(x) on the merged gate|up projection."""
 
     def site(self, x: torch.Tensor) -> Call | None:
         return Call((x,)) if x.dim() == 2 else None
@@ -241,10 +242,8 @@ class SiluAndMulOp(OpSpec):
 
 
 class RopeOp(OpSpec):
-    """AttentionLayer._qkv_normed_and_rotated(self, qkv, positions) -> q, k (and v, a view).
-
-    Canonical arguments: (qkv, positions, cos, sin, num_qo_heads, num_kv_heads, head_dim,
-    q_norm_weight, k_norm_weight, eps), those of kernel.triton.qk_norm_rope; returns (q, k)."""
+    """ops.rope(qkv, positions, cos, sin, num_qo_heads, num_kv_heads, head_dim, q_norm_weight,
+    k_norm_weight, eps) -> (q, k), the arguments of kernel.triton.qk_norm_rope."""
 
     # An output is x1 * cos - x2 * sin: two products of a normalised head (values up to ~4) that
     # cancel where the output is near 0. The reference and the torch path (like Hugging Face)
@@ -254,23 +253,6 @@ class RopeOp(OpSpec):
     # prefill on the H200, 2026-12-02; reproduced on a CPU by rounding once vs three times).
     # 5e-2 covers it (OPS below sets it); a wrong rotation, position or norm is off by order 1
     # and still fails.
-
-    def site(self, layer: Any, qkv: torch.Tensor, positions: torch.Tensor) -> Call | None:
-        norm = hasattr(layer, "q_norm")
-        rotary = layer._rotary
-        args = (qkv, positions, rotary._cos, rotary._sin, layer.num_qo_heads,
-                layer.num_kv_heads, layer.head_dim, layer.q_norm.weight if norm else None,
-                layer.k_norm.weight if norm else None, layer.q_norm.eps if norm else 0.0)
-        return Call(args, keep=layer)
-
-    def finish(self, call: Call, out: Any) -> Any:
-        layer, qkv = call.keep, call.args[0]
-        start = (layer.num_qo_heads + layer.num_kv_heads) * layer.head_dim
-        v = qkv[:, start:].view(-1, layer.num_kv_heads, layer.head_dim)
-        return out[0], out[1], v
-
-    def outputs(self, call: Call, out: Any) -> tuple:
-        return out[0], out[1]
 
     def name(self, call: Call) -> str:
         h, kv, d, qw = call.args[4], call.args[5], call.args[6], call.args[7]
@@ -336,7 +318,7 @@ def compact_slots(slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class StoreKVOp(OpSpec):
-    """kernel.store_cache(k_cache, v_cache, indices, k, v): writes the pool in place."""
+    """ops.store_kv(k_cache, v_cache, indices, k, v): writes the pool in place."""
 
     def outputs(self, call: Call, out: Any) -> tuple:
         k_cache, v_cache, indices = call.args[:3]
@@ -382,7 +364,7 @@ class StoreKVOp(OpSpec):
 
 
 class EmbeddingOp(OpSpec):
-    """kernel.indexing(weight, ids, start=0, length=None)."""
+    """ops.embedding(weight, ids, start=0, length=None)."""
 
     def site(self, weight: torch.Tensor, ids: torch.Tensor, start: int = 0,
              length: int | None = None) -> Call | None:
@@ -427,14 +409,8 @@ class EmbeddingOp(OpSpec):
 # MoE (chapter 18) and sampling (chapters 4 and 16)
 # ----------------------------------------------------------------------------------------------
 class MoEOp(OpSpec):
-    """moe.fused_moe(x, router_logits, w13, w2, top_k, normalize, backend)."""
-
-    def site(self, x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
-             w2: torch.Tensor, top_k: int, normalize: bool, backend: str = "auto"
-             ) -> Call | None:
-        if backend != "auto":
-            return None  # a backend asked for by name (tests, benchmarks) runs as asked
-        return Call((x, router_logits, w13, w2, top_k, normalize))
+    """ops.moe(x, router_logits, w13, w2, top_k, normalize) (moe.fused_moe with a backend asked
+    for by name, in tests and benchmarks, skips the registry and is not traced)."""
 
     def name(self, call: Call) -> str:
         x, _, w13, _, top_k, _ = call.args
@@ -471,8 +447,8 @@ class MoEOp(OpSpec):
 
 
 class SamplingOp(OpSpec):
-    """engine.device_sample.sample_top_k_top_p(logits, top_k, top_p, u): the rows that sample
-    with a top-k or top-p cut (greedy batches take the argmax and never get here)."""
+    """ops.top_k_top_p_sampling(logits, top_k, top_p, u): the rows that sample with a top-k or
+    top-p cut (greedy batches take the argmax and never get here)."""
 
     def name(self, call: Call) -> str:
         return f"top_k_top_p_sampling_from_logits_v{call.args[0].shape[1]}"
@@ -503,11 +479,11 @@ class SamplingOp(OpSpec):
 
 
 # ----------------------------------------------------------------------------------------------
-# Attention (chapters 6 and 20): recorded at the backends' forward, after the K/V store
+# Attention (chapters 6 and 20): recorded at ops.attention, after the backend stored the K/V
 # ----------------------------------------------------------------------------------------------
 class AttentionOp(OpSpec):
-    """BaseAttnBackend.forward(self, q, k, v, layer_id, batch), recorded only: the backend
-    (torch or Triton) is chosen once per engine, so `apply` picks it at start-up (apply.py).
+    """ops.attention(backend, q, k, v, layer_id, batch), recorded only: the backend (torch or
+    Triton) is chosen once per engine, so `apply` picks it at start-up (apply.py).
 
     Canonical solution signature: the Definition's inputs, in order (FlashInfer's paged layout
     with page size 1: the engine's page table maps positions to token slots)."""

@@ -1,11 +1,16 @@
-"""What an engine started with trace_dir= (chapter 21) and/or trace_set= (chapter 22) installs."""
+"""What LLM(trace_dir=...) (chapter 21) and/or trace_set= (chapter 22) starts before it builds the
+engine: a Runtime installed as the op registry's hook. LLM imports this module on every start,
+so it imports the rest of the package only when a trace is asked for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .runtime import Runtime, install
+from minisgl.ops import hook
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 
 @dataclass
@@ -16,13 +21,14 @@ class TraceSession:
     def close(self) -> None:
         if self.runtime is not None and self.runtime.recorder is not None:
             self.runtime.recorder.close()
-        install(None)
+        hook.install(None)
 
 
 def trace_session(config: Any) -> TraceSession | None:
     """Install the recorder (config.trace_dir) and the applier (config.trace_set); None when
-    neither is asked for, and then every op runs exactly as written. An applier that swaps no op
-    is not installed either: its session only carries the attention backend it chose."""
+    neither is asked for, and then every op runs exactly as the registry picks. An applier that
+    swaps no op is not installed either: its session only carries the attention backend it
+    chose."""
     recorder = applier = None
     if config.trace_dir:
         from .capture import Recorder
@@ -46,6 +52,8 @@ def trace_session(config: Any) -> TraceSession | None:
     # <<< ch22
     if recorder is None and applier is None:
         return None
+    from .runtime import Runtime  # its op table (ops.py) imports flashinfer_bench
+
     runtime = Runtime(recorder, applier)
-    install(runtime)
+    hook.install(runtime)
     return TraceSession(runtime, config)

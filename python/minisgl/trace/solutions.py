@@ -1,9 +1,12 @@
 """Solutions: the implementations of each op the benchmark times and `apply` may pick (ch. 22).
 
-A solution is a function with its op's canonical signature (ops.py). The registry holds, per op,
-the torch code (the default on a CPU), the Triton kernels of chapters 18 and 20 (interpreted on
-a CPU) and the CUDA kernels of chapter 19 where the extension builds. A test or a learner adds
-more with `register`, for example a deliberately wrong one to show that it is never applied.
+A solution is a function with its op's canonical signature (ops.py). For every traced op they are
+the op's implementations in the registry (minisgl.ops), which already take those arguments: the
+torch reference (what a CPU runs), the Triton kernels of chapters 18 and 20 (interpreted on a
+CPU) and the CUDA kernels of chapter 19 where the extension builds. Attention, whose
+implementations are whole backends chosen once per engine, gets one function per backend here,
+with the Definition's paged signature. A test or a learner adds more with `register`, for
+example a deliberately wrong one to show that it is never applied.
 """
 
 from __future__ import annotations
@@ -14,10 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from minisgl.kernel import torch_ops
-from minisgl.layers.rotary import rotate
-from minisgl.moe.routing import route
-from minisgl.moe.torch_ref import experts_torch
+from minisgl import ops
+
+from .ops import OPS
 
 
 @dataclass(frozen=True)
@@ -53,71 +55,24 @@ def find(op: str, suffix: str) -> Impl | None:
 
 def engine_default(op: str, device: torch.device) -> str | None:
     """The suffix of the solution that is what the engine runs for `op` on `device` when nothing
-    is applied: the torch code on a CPU; on a GPU the Triton kernels (unless
-    MINISGL_DISABLE_FUSED_KERNELS) and the CUDA extension where it builds. None for attention,
-    which the engine chooses once (--attn), not per call."""
+    is applied: what the registry's rule picks for a tensor there (the torch code on a CPU; on a
+    GPU the Triton kernels unless MINISGL_DISABLE_FUSED_KERNELS, the CUDA extension where it
+    builds). None for attention, which the engine chooses once (--attn), not per call."""
     if op == "attention":
         return None
-    if device.type != "cuda" or op == "sampling":
-        return "torch"
-    if op in ("store_kv", "embedding"):
-        from minisgl.kernel.cuda_ext import load_extension
-
-        return "cuda" if load_extension() is not None else "torch"
-    if op == "moe":
-        return "triton"  # moe.resolve_backend's auto on a GPU
-    from minisgl.env import load_env  # what kernel.triton_for reads
-
-    return "torch" if load_env().disable_fused_kernels else "triton"
+    return ops.ALL[op].kind_for(torch.empty(0, device=device))
 
 
-def _triton():
-    from minisgl.kernel import triton as kernels  # interpreted on a CPU
+def from_registry(op: ops.Op) -> list[Impl]:
+    """The registry's implementations of an op as solutions, named after what they are."""
+    def where(fn: Callable) -> str:
+        return f"{fn.__module__}.{fn.__qualname__}"
 
-    return kernels
-
-
-# --- torch ------------------------------------------------------------------------------------
-def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    h = x.float()
-    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-
-def fused_add_rms_norm_torch(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    total = x + residual
-    return rms_norm_torch(total, weight, eps), total
-
-
-def silu_and_mul_torch(x: torch.Tensor) -> torch.Tensor:
-    gate, up = x.chunk(2, dim=-1)
-    return F.silu(gate) * up
-
-
-def rope_torch(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-               num_qo_heads: int, num_kv_heads: int, head_dim: int,
-               q_weight: torch.Tensor | None, k_weight: torch.Tensor | None, eps: float
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    q_size, kv_size = num_qo_heads * head_dim, num_kv_heads * head_dim
-    q = qkv[:, :q_size].reshape(-1, num_qo_heads, head_dim)
-    k = qkv[:, q_size:q_size + kv_size].reshape(-1, num_kv_heads, head_dim)
-    if q_weight is not None:
-        q, k = rms_norm_torch(q, q_weight, eps), rms_norm_torch(k, k_weight, eps)
-    c, s = cos[positions].to(qkv.dtype), sin[positions].to(qkv.dtype)
-    return rotate(q, c, s), rotate(k, c, s)
-
-
-def moe_torch(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-              top_k: int, normalize: bool) -> torch.Tensor:
-    weights, ids = route(router_logits, top_k, normalize)
-    return experts_torch(x, w13, w2, weights, ids)
-
-
-def sampling_torch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                   u: torch.Tensor) -> torch.Tensor:
-    from minisgl.engine.device_sample import sample_top_k_top_p
-
-    return sample_top_k_top_p.__wrapped__(logits, top_k, top_p, u)  # the undecorated function
+    found = [Impl(op.name, "torch", "python", op.reference, f"{where(op.reference)} (reference)")]
+    for impl in op.faster:  # the language is what they are written in: triton, cuda
+        found.append(Impl(op.name, impl.kind, impl.kind, impl.fn, where(impl.fn),
+                          needs_cuda=impl.kind == "cuda"))
+    return found
 
 
 def attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -143,30 +98,10 @@ def attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-# --- Triton (chapters 18 and 20) ----------------------------------------------------------------
-def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return _triton().rms_norm(x, weight, eps)
+def _triton():
+    from minisgl.kernel import triton as kernels  # interpreted on a CPU
 
-
-def fused_add_rms_norm_triton(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _triton().fused_add_rms_norm(x, residual, weight, eps)
-
-
-def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
-    return _triton().silu_and_mul(x)
-
-
-def rope_triton(*args) -> tuple[torch.Tensor, torch.Tensor]:
-    return _triton().qk_norm_rope(*args)
-
-
-def moe_triton(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor,
-               w2: torch.Tensor, top_k: int, normalize: bool) -> torch.Tensor:
-    from minisgl.kernel.triton.fused_moe import experts_triton, route_triton
-
-    weights, ids = route_triton(router_logits, top_k, normalize)
-    return experts_triton(x, w13, w2, weights, ids)
+    return kernels
 
 
 def _page_table(kv_indptr: torch.Tensor, kv_indices: torch.Tensor
@@ -194,55 +129,12 @@ def attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                     sm_scale=sm_scale)
 
 
-# --- CUDA (chapter 19) ---------------------------------------------------------------------------
-def store_kv_cuda(k_cache, v_cache, indices, k, v) -> None:
-    from minisgl.kernel.cuda_ext import extension_for
-
-    ext = extension_for(k)
-    if ext is None:
-        raise RuntimeError("the chapter-19 CUDA extension is not available here")
-    n = k.shape[0]
-    ext.store_kv(k_cache.view(k_cache.shape[0], -1), v_cache.view(v_cache.shape[0], -1),
-                 indices.int(), k.reshape(n, -1), v.reshape(n, -1),
-                 torch.cuda.current_stream().cuda_stream)
-
-
-def embedding_cuda(weight, ids, start, length) -> torch.Tensor:
-    from minisgl.kernel.cuda_ext import extension_for
-
-    ext = extension_for(weight)
-    if ext is None:
-        raise RuntimeError("the chapter-19 CUDA extension is not available here")
-    return ext.indexing(weight, ids.int().flatten(), start, length,
-                        torch.cuda.current_stream().cuda_stream)
-
-
-def embedding_torch(weight, ids, start, length) -> torch.Tensor:
-    return torch_ops.indexing(weight, ids, start, length)
-
-
-for _impl in [
-    Impl("rmsnorm", "torch", "python", rms_norm_torch, "layers/norm.py's torch code"),
-    Impl("rmsnorm", "triton", "triton", rms_norm_triton, "kernel/triton/rmsnorm.py (ch. 20)"),
-    Impl("fused_add_rmsnorm", "torch", "python", fused_add_rms_norm_torch, "add, then RMSNorm"),
-    Impl("fused_add_rmsnorm", "triton", "triton", fused_add_rms_norm_triton,
-         "one kernel: add and norm (ch. 20)"),
-    Impl("silu_and_mul", "torch", "python", silu_and_mul_torch, "F.silu(gate) * up"),
-    Impl("silu_and_mul", "triton", "triton", silu_and_mul_triton, "one kernel (ch. 20)"),
-    Impl("rope", "torch", "python", rope_torch, "split, q/k RMSNorm, rotate (layers/rotary.py)"),
-    Impl("rope", "triton", "triton", rope_triton, "kernel/triton/qk_norm_rope.py (ch. 20)"),
-    Impl("store_kv", "torch", "python", torch_ops.store_cache, "index_copy_ (torch_ops.py)"),
-    Impl("store_kv", "cuda", "cuda", store_kv_cuda, "kv_kernels.cuh (ch. 19)", needs_cuda=True),
-    Impl("embedding", "torch", "python", embedding_torch, "torch_ops.indexing"),
-    Impl("embedding", "cuda", "cuda", embedding_cuda, "kv_kernels.cuh (ch. 19)",
-         needs_cuda=True),
-    Impl("moe", "torch", "python", moe_torch, "a loop over the experts (moe/torch_ref.py)"),
-    Impl("moe", "triton", "triton", moe_triton, "sort by expert + grouped GEMM (ch. 18)"),
-    Impl("sampling", "torch", "python", sampling_torch, "sort, cut, inverse CDF"),
-    Impl("attention", "torch", "python", attention_torch, "per-request SDPA (torch backend)"),
-    Impl("attention", "triton", "triton", attention_triton, "paged decode/extend kernels "
-         "(ch. 20)"),
-]:
-    register(_impl)
+for _name in OPS:
+    if _name != "attention":
+        for _impl in from_registry(ops.ALL[_name]):
+            register(_impl)
+register(Impl("attention", "torch", "python", attention_torch, "per-request SDPA (torch backend)"))
+register(Impl("attention", "triton", "triton", attention_triton, "paged decode/extend kernels "
+              "(ch. 20)"))
 
 ATTENTION_BACKEND = {"torch": "torch", "triton": "triton"}  # attention solution -> --attn name

@@ -15,8 +15,9 @@ from minisgl.utils.logger import init_logger
 from minisgl.utils.misc import MinisglError
 from minisgl.utils.offline import QWEN3_ID, SMOLLM2_ID, prepare_qwen3, prepare_smollm2
 
+# isort: split
+# (kept apart: chapter 18 adds these names to offline.py, and the trees before it drop the line)
 from minisgl.utils.offline import QWEN3_MOE_ID, prepare_qwen3_moe
-
 
 DEFAULT_MODEL = QWEN3_ID
 FALLBACK_MODEL = SMOLLM2_ID

@@ -28,7 +28,6 @@ import triton.language as tl
 from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv, output_and_scale
 
 
-
 @dataclass(frozen=True)
 class DecodeConfig:
     """How the decode kernel cuts its work. benchmarks/tune_decode_attention.py sweeps these on a

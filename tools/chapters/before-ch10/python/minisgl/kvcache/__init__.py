@@ -8,7 +8,6 @@ from .base import BasePrefixCache, InsertResult, MatchResult
 from .mha_pool import KVPoolConfig, MHAKVCache
 from .naive_cache import NaiveCache
 
-
 PREFIX_CACHE_KINDS = ("naive",)
 
 

@@ -16,9 +16,7 @@ from minisgl.models.weight import load_model
 from minisgl.utils import init_logger
 
 from .config import EngineConfig
-
 from .graph import GraphRunner, cuda_graph_sizes
-
 from .sample import Sampler
 
 logger = init_logger(__name__)

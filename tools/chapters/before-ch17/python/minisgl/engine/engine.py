@@ -34,7 +34,6 @@ from .config import EngineConfig
 from .device_sample import DeviceSampler, TokenLogprobs
 from .graph import GraphRunner, cuda_graph_sizes
 
-
 logger = init_logger(__name__)
 
 

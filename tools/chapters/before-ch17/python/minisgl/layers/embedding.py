@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minisgl import kernel
+from minisgl import ops
 
 from .base import BaseOP
 
@@ -18,7 +18,7 @@ class VocabParallelEmbedding(BaseOP):
         self.weight = torch.empty(vocab_size, hidden_size)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return kernel.indexing(self.weight, ids)  # a custom CUDA kernel on GPUs (chapter 19)
+        return ops.embedding(self.weight, ids)  # a custom CUDA kernel on GPUs (chapter 19)
 
 
 class ParallelLMHead(BaseOP):

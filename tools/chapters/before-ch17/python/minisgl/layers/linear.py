@@ -8,7 +8,8 @@ q/k/v and gate/up are merged into one weight each, so one matrix multiply comput
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from minisgl import ops
 
 from .base import BaseOP
 
@@ -19,7 +20,7 @@ class _Linear(BaseOP):
         self.bias = torch.empty(out_features) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return ops.linear(x, self.weight, self.bias)
 
 
 class LinearReplicated(_Linear):

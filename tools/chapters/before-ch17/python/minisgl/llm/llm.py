@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-
 import sys
 from typing import Any
 
@@ -21,7 +20,6 @@ from minisgl.env import load_env
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.tokenizer import load_tokenizer
 from minisgl.utils.hf import resolve_model
-
 
 # The official mini-sglang's keyword names (EngineConfig / SchedulerConfig at 20fcd7f) and ours,
 # so that scripts written for it, such as its benchmark/offline/bench.py, run unchanged.

@@ -26,7 +26,6 @@ from minisgl.message import (
 )
 from minisgl.utils import init_logger
 from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
-
 from minisgl.utils.proctitle import set_process_title
 
 from .config import SchedulerConfig

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from minisgl import ops
 from minisgl.layers import (
     AttentionLayer,
     BaseOP,
@@ -25,7 +26,6 @@ from minisgl.layers import (
     RMSNormFused,
     RotaryEmbedding,
     VocabParallelEmbedding,
-    silu_and_mul,
 )
 from minisgl.utils.registry import Registry
 
@@ -62,7 +62,7 @@ class MLP(BaseOP):
         self.down_proj = LinearRowParallel(inter, config.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj.forward(silu_and_mul(self.gate_up_proj.forward(x)))
+        return self.down_proj.forward(ops.silu_and_mul(self.gate_up_proj.forward(x)))
 
 
 class DecoderLayer(BaseOP):
