@@ -13,14 +13,12 @@ to run eagerly instead of replaying, so that its ops are seen once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from .registry import Op
+from typing import Any, Protocol
 
 
 class OpHook(Protocol):
-    def run(self, op: Op, args: tuple) -> Any:
+    # `op` is a registry.Op; this module does not import registry.py, which imports it
+    def run(self, op: Any, args: tuple) -> Any:
         """Run op on args (op.pick(*args)(*args), or a replacement) and return its result."""
 
     def pause_recording(self) -> None: ...
