@@ -126,3 +126,37 @@ def test_main_names_each_step_before_it_runs(monkeypatch, capsys):
     assert headers[0].startswith("== [1/4] installing the engine") and "torch" in headers[0]
     assert "nvcc" in headers[3] and ran[3][-2:] == ["tools/check.py", "--install"]
     assert out[-1] == "set-up done"
+
+
+def _names(lines: list[str]) -> set[str]:
+    """Package names of requirement lines (comments, options and `-e .[test]` left out)."""
+    import re
+
+    names = set()
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.add(re.split(r"[<>=!~;\[ ]", line, maxsplit=1)[0].lower().replace("_", "-"))
+    return names
+
+
+def test_every_pip_run_takes_the_lock_and_the_lock_pins_every_requirement():
+    import tomllib
+
+    for step in setup_env.pip_steps():
+        assert step.command[3:6] == ["install", "-c", "requirements.lock"], step.command
+    lock = (ROOT / "requirements.lock").read_text().splitlines()
+    pins = [line for line in lock if line and not line.startswith("#")]
+    assert all(line.count("==") == 1 for line in pins), pins  # one exact version each
+    pinned = {line.split("==")[0] for line in pins}
+    assert len(pinned) == len(pins)  # no package twice
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = _names(project["dependencies"] + project["optional-dependencies"]["test"])
+    for file in ("requirements.txt", "practice/requirements.txt"):
+        wanted |= _names((ROOT / file).read_text().splitlines())
+    assert wanted - pinned == set()
+    # the lock's own pins agree with the exact pins of requirements.txt (torch's CPU build aside)
+    exact = {line.split("==")[0].lower(): line.split("==")[1]
+             for line in (ROOT / "requirements.txt").read_text().splitlines() if "==" in line}
+    for name, version in exact.items():
+        assert f"{name}=={version}" in pins or f"{name}=={version}+cpu" in pins, name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -768,11 +769,24 @@ def test_the_record_is_void_in_another_environment_or_with_rerun(tmp_path):
     assert "record --rerun asks for every run: runs" in rerun.stdout
     path = root / "tools/chapters/proven.json"
     record = json.loads(path.read_text())
-    record["environment"]["pkg torch"] = "0.0.1"  # as if written where torch 0.0.1 ran
+    # the packages the run loaded are kept with their versions; one installed but never loaded
+    # (ruff: the test extra brings it, nothing imports it) is not, so a machine without it agrees
+    packages = record["runs"]["ch02"]["packages"]
+    assert packages["pytest"] == importlib.metadata.version("pytest"), packages
+    assert "ruff" not in packages and "minisgl" not in packages, packages
+    # a loaded package at another version: the chapter runs again, and says which
+    record["runs"]["ch02"]["packages"]["pytest"] = "0.0.1"
+    path.write_text(json.dumps(record))
+    older = run_steps("--root", str(root), "check", "2")
+    assert (f"record package pytest is {importlib.metadata.version('pytest')} here, was 0.0.1: "
+            "runs") in older.stdout, older.stdout
+    assert _by_record(run_steps("--root", str(root), "check", "2").stdout) == ["ch02"]
+    record = json.loads(path.read_text())
+    record["environment"]["python"] = "2.7.18"  # as if written where Python 2.7.18 ran
     record["runs"]["ch02"]["env"] = "0" * 64
     path.write_text(json.dumps(record))
     other = run_steps("--root", str(root), "check", "2")
-    assert "record the environment differs (pkg torch): runs" in other.stdout, other.stdout
+    assert "record the environment differs (python): runs" in other.stdout, other.stdout
     path.write_text("{not json")
     broken = run_steps("--root", str(root), "check", "2")
     assert broken.returncode == 0 and "unreadable, every chapter runs" in broken.stdout

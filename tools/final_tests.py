@@ -69,12 +69,12 @@ def test_files(files: list[str]) -> list[str]:
             and p.endswith(".py")]
 
 
-def used(record: Path, test: str, repo_files: list[str]) -> tuple[set[str], set[str]]:
-    lines = record.read_text(encoding="utf-8").splitlines() if record.is_file() else []
-    files = {line for line in lines if not line.startswith("/")} | {test, *steps.PYTEST_INPUTS}
-    if any(path.endswith(steps.NATIVE) for path in files):  # a compiler reads its headers unseen
-        files |= {path for path in repo_files if path.endswith(steps.NATIVE)}
-    return files, {line[1:] for line in lines if line.startswith("/")}
+def used(record: Path, test: str, repo_files: list[str]) -> steps_proof.Reads:
+    reads = steps_proof.Reads.of(record)
+    reads.files |= {test, *steps.PYTEST_INPUTS}
+    if any(path.endswith(steps.NATIVE) for path in reads.files):  # headers a compiler reads
+        reads.files |= {path for path in repo_files if path.endswith(steps.NATIVE)}
+    return reads
 
 
 def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: float,
@@ -110,8 +110,9 @@ def run(root: Path, tests: list[str], skip: set[str], rerun: bool, timeout: floa
                 print(steps.indent(result.output.rstrip()), flush=True)
             print(f"   {test} {'ok' if result.ok else 'FAIL'} ({result.seconds:.1f}s)", flush=True)
             if result.ok:
-                files, folders = used(record, test, repo_files)
-                proof.record.put(key, steps_proof.Inputs.of(fresh, files, folders), proof.env)
+                reads = used(record, test, repo_files)
+                proof.record.put(key, steps_proof.Inputs.of(fresh, reads.files, reads.folders,
+                                                             reads.packages), proof.env)
             else:
                 failed.append(test)
                 proof.record.forget(key)

@@ -54,7 +54,8 @@ class Step:
 
 
 def pip_steps() -> list[Step]:
-    pip = [sys.executable, "-m", "pip", "install"]
+    # -c requirements.lock: the same version of every package on every machine (see that file)
+    pip = [sys.executable, "-m", "pip", "install", "-c", "requirements.lock"]
     return [
         Step("the engine and everything it imports: torch (CPU build), triton, transformers, "
              "FastAPI, ... and minisgl itself, editable (requirements.txt; the first time, torch "

@@ -142,10 +142,10 @@ def _record(proof: Proof, ok: bool, n: int, ch: Chapter, tree: Path, record: Pat
     """A passing run goes into the record with every file and folder it read; a failing one
     takes the chapter's entry out."""
     if ok:
-        files = {*used_files(ch, tree, record, manifest.root), ch.main,
-                 *(line for line in _record_lines(main_record) if not line.startswith("/"))}
-        folders = used_folders(record) | used_folders(main_record)
-        proof.record.put(f"ch{n:02d}", steps_proof.Inputs.of(fresh, files, folders), proof.env)
+        both = steps_proof.Reads.of(record, main_record)
+        files = {*used_files(ch, tree, record, manifest.root), ch.main, *both.files}
+        proof.record.put(f"ch{n:02d}", steps_proof.Inputs.of(fresh, files, both.folders,
+                                                             both.packages), proof.env)
     else:
         proof.record.forget(f"ch{n:02d}")
     proof.record.save()
@@ -183,8 +183,7 @@ def used_files(ch: Chapter, tree: Path, record: Path, root: Path) -> list[str]:
     against a folder descriptor (shutil.rmtree opens every folder it removes so) reaches the
     record as if it were relative to the tree, since the audit event does not carry the
     descriptor."""
-    used = {line for line in _record_lines(record) if not line.startswith("/")}
-    used |= {*ch.tests, *PYTEST_INPUTS}
+    used = steps_proof.Reads.of(record).files | {*ch.tests, *PYTEST_INPUTS}
     if any(path.endswith(NATIVE) for path in used):
         used |= {file.relative_to(tree).as_posix() for file in tree.rglob("*")
                  if file.is_file() and file.name.endswith(NATIVE)}
@@ -194,11 +193,7 @@ def used_files(ch: Chapter, tree: Path, record: Path, root: Path) -> list[str]:
 
 def used_folders(record: Path) -> set[str]:
     """The folders of the tree whose entries the run listed, relative to it ("" for the tree)."""
-    return {line[1:] for line in _record_lines(record) if line.startswith("/")}
-
-
-def _record_lines(record: Path) -> list[str]:
-    return record.read_text(encoding="utf-8").splitlines() if record.is_file() else []
+    return steps_proof.Reads.of(record).folders
 
 
 def same_as_final(manifest: Manifest, tree: Path, path: str) -> bool:

@@ -3,11 +3,13 @@
 `steps.py check` records, for each chapter whose main and tests pass, what that run read: every
 file of the chapter's tree that a Python process opened or looked for (with its SHA-256, or
 "absent"), every folder of the tree whose entries it listed (a digest of the sorted names), and
-the environment it ran in (Python, machine, compiler, every installed distribution's version).
+the environment it ran in (Python, machine, compiler) and the version of every installed
+distribution whose code it loaded.
 The record lives in the repository (`tools/chapters/proven.json`), so a clean clone carries it.
 
 A later check of the same chapter first builds the tree, then compares: when the environment is
-the same and every recorded file and folder is the same in the new tree, the run would read
+the same, every package the run loaded is installed at the version it had, and every recorded
+file and folder is the same in the new tree, the run would read
 exactly what the passing run read, so it would do exactly what it did. The chapter is then
 *proven by record* and skipped; anything missing or different makes it run (and, when it passes,
 rewrites its entry). Nothing but a passing run writes an entry.
@@ -16,7 +18,14 @@ What the record cannot see, and why that is safe enough:
 - reads by non-Python programs (a compiler reading headers): steps.py counts every C/CUDA file of
   the tree as read as soon as one is (see NATIVE there);
 - inputs outside the tree (installed packages, the compiler): the environment is part of the
-  record; the model caches under ~/.cache are built by the tree's own code from pinned wheels.
+  record; the model caches under ~/.cache are built by the tree's own code from pinned wheels;
+- packages: a package counts once one of its files was opened or imported (the hook notes its
+  top-level name; packages_loaded() maps that to the distribution). Packages installed beside
+  them but never loaded are left out on purpose: a fresh virtual environment lacks the
+  unrelated tools of a machine set up by hand, and should not run everything again for that.
+  What is lost: a library that only *probes* whether an optional package is installed, without
+  loading it, and behaves differently for it. requirements.lock keeps every machine that
+  tools/setup_env.py set up on the same versions.
 """
 
 from __future__ import annotations
@@ -33,6 +42,32 @@ from pathlib import Path
 
 RECORD = "tools/chapters/proven.json"
 ABSENT = "absent"
+# A line of the hook's file (steps_sitecustomize.py): "path/in/tree" a file read, "/folder" a
+# folder listed, "+name" the top-level name of an installed package that was loaded.
+FOLDER_MARK, PACKAGE_MARK = "/", "+"
+
+
+@dataclass
+class Reads:
+    """What one process tree noted through the hook, parsed."""
+
+    files: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)
+    packages: set[str] = field(default_factory=set)  # top-level import names
+
+    @classmethod
+    def of(cls, *notes: Path) -> Reads:
+        reads = cls()
+        for note in notes:
+            lines = note.read_text(encoding="utf-8").splitlines() if note.is_file() else []
+            for line in lines:
+                if line.startswith(FOLDER_MARK):
+                    reads.folders.add(line[1:])
+                elif line.startswith(PACKAGE_MARK):
+                    reads.packages.add(line[1:])
+                elif line:
+                    reads.files.add(line)
+        return reads
 
 
 def file_digest(path: Path) -> str:
@@ -62,8 +97,8 @@ def _version_of(program: str) -> str:
 
 
 def environment() -> dict[str, str]:
-    """What outside the tree decides how its code runs. minisgl itself is left out: the tree is
-    its code, and an editable install of the repository is hidden from the tree's processes."""
+    """What outside the tree decides how any of its code runs; the packages are per run (see
+    packages_loaded)."""
     env = {
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
@@ -73,11 +108,48 @@ def environment() -> dict[str, str]:
         "g++": _version_of("g++"),  # the CPU emulator's compiler (chapter 19)
         "chromium": _version_of("chromium"),  # the judge page's browser test
     }
-    for dist in metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name and name != "minisgl":
-            env[f"pkg {name}"] = dist.version
     return dict(sorted(env.items()))
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def installed() -> dict[str, str]:
+    """Every installed distribution's version, by normalised name. minisgl itself is left out:
+    the tree is its code, and an editable install of the repository is hidden from the tree."""
+    versions = {}
+    for dist in metadata.distributions():
+        name = _normal(dist.metadata["Name"] or "")
+        if name and name != "minisgl":
+            versions.setdefault(name, dist.version)  # the first on sys.path wins, as in import
+    return versions
+
+
+def packages_loaded(tops: set[str]) -> dict[str, str]:
+    """The distributions behind top-level import names, with their installed versions. A name
+    no distribution claims (a loose module) is kept as "module NAME" without a version."""
+    owners = metadata.packages_distributions()
+    versions = installed()
+    found = {}
+    for top in sorted(tops):
+        dists = [_normal(d) for d in owners.get(top, [])]
+        for dist in dists:
+            if dist != "minisgl":
+                found[dist] = versions.get(dist, ABSENT)
+        if not dists:
+            found[f"module {top}"] = "loaded"
+    return found
+
+
+def package_difference(recorded: dict[str, str], now: dict[str, str]) -> str | None:
+    """The first package whose version differs from the recorded run's, in words, or None."""
+    for name, version in recorded.items():
+        if name.startswith("module "):
+            continue
+        if now.get(name, ABSENT) != version:
+            return f"package {name} is {now.get(name, 'not installed')} here, was {version}"
+    return None
 
 
 def env_digest(env: dict[str, str]) -> str:
@@ -110,13 +182,17 @@ class Inputs:
 
     files: dict[str, str] = field(default_factory=dict)  # path in the tree -> sha256 | "absent"
     folders: dict[str, str] = field(default_factory=dict)  # folder in the tree -> listing digest
+    packages: dict[str, str] = field(default_factory=dict)  # distribution loaded -> version
 
     @classmethod
-    def of(cls, before: Snapshot, files: set[str], folders: set[str]) -> Inputs:
+    def of(cls, before: Snapshot, files: set[str], folders: set[str],
+           packages: set[str] = frozenset()) -> Inputs:
         """The digests, as the tree held them before the run, of what the run read: a file the
-        run made itself was absent from the tree it started with, as from every fresh tree."""
+        run made itself was absent from the tree it started with, as from every fresh tree;
+        and the versions of the packages it loaded (`packages`: top-level import names)."""
         return cls(files={p: before.files.get(p, ABSENT) for p in sorted(files)},
-                   folders={p: before.folders.get(p, ABSENT) for p in sorted(folders)})
+                   folders={p: before.folders.get(p, ABSENT) for p in sorted(folders)},
+                   packages=packages_loaded(set(packages)))
 
     def first_difference(self, now: Snapshot) -> str | None:
         """The first recorded input that the tree no longer holds as recorded, or None."""
@@ -145,6 +221,7 @@ class Record:
         self.entries: dict[str, Entry] = {}  # "ch07", or "final tests/test_x.py"
         self.environment: dict[str, str] = {}
         self._changed: dict[str, Entry | None] = {}  # what save() writes over the file's state
+        self._installed: dict[str, str] | None = None  # this machine's packages, read once
         self._load()
 
     def _load(self) -> None:
@@ -154,7 +231,10 @@ class Record:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
                 self.environment = dict(data.get("environment", {}))
                 for key, entry in data.get("runs", {}).items():
-                    inputs = Inputs(dict(entry["files"]), dict(entry["folders"]))
+                    if "packages" not in entry:
+                        continue  # written before package versions were kept: runs again
+                    inputs = Inputs(dict(entry["files"]), dict(entry["folders"]),
+                                    dict(entry["packages"]))
                     self.entries[str(key)] = Entry(str(entry["env"]), inputs)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 print(f"   ({RECORD} unreadable, every chapter runs: {e})", flush=True)
@@ -170,8 +250,16 @@ class Record:
                              if env.get(k) != self.environment.get(k))
             named = ", ".join(changed[:3]) if changed else "an earlier environment"
             return f"the environment differs ({named})"
+        changed_package = package_difference(entry.inputs.packages, self.installed())
+        if changed_package:
+            return changed_package
         changed_input = entry.inputs.first_difference(now)
         return f"{changed_input} changed" if changed_input else None
+
+    def installed(self) -> dict[str, str]:
+        if self._installed is None:
+            self._installed = installed()
+        return self._installed
 
     def proven(self, key: str) -> Inputs:
         return self.entries[key].inputs
@@ -199,7 +287,8 @@ class Record:
             "about": "written by tools/steps.py check after a chapter passes; see "
                      "tools/steps_proof.py",
             "environment": self.environment,
-            "runs": {key: {"env": e.env, "files": e.inputs.files, "folders": e.inputs.folders}
+            "runs": {key: {"env": e.env, "files": e.inputs.files, "folders": e.inputs.folders,
+                           "packages": e.inputs.packages}
                      for key, e in sorted(self.entries.items())},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)

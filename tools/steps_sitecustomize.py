@@ -71,24 +71,49 @@ sys.meta_path.insert(0, _OnlyFromTree)
 # One line per file of the tree, relative to it, written at once with O_APPEND: lines from
 # concurrent processes never mix, and a worker that ends by os._exit or a signal has still
 # recorded what it read.
+def _write(line):
+    if line not in _noted:
+        _noted.add(line)
+        fd = os.open(_RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, os.fsencode(line) + b"\n")
+        finally:
+            os.close(fd)
+
+
+# Installed packages live under a folder of one of these names; the first part of a path below
+# it is the package's top-level name (torch/..., six.py, _cffi_backend.cpython-311-...so).
+_SITE = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def _note_package(path):
+    # "+torch": the record keeps that distribution's version (steps_proof.packages_loaded).
+    # Metadata folders are not loading: pytest reads every distribution's entry points. True
+    # for any path inside an installed-packages folder (a .venv/ in the repository included).
+    for site in _SITE:
+        at = path.rfind(site)
+        if at >= 0:
+            top = path[at + len(site):].split(os.sep, 1)[0]
+            if top and not top.endswith((".dist-info", ".egg-info", ".pth", ".egg-link")):
+                _write("+" + top.split(".", 1)[0])
+            return True
+    return False
+
+
 def _note(path, folder=False):
     if not _RECORD:
         return
     path = os.path.abspath(path)
     if os.sep + "__pycache__" in path or os.sep + ".hypothesis" in path:
         return  # caches that tests write (bytecode, hypothesis' examples), not code
+    if _note_package(path):
+        return
     for tree in _TREES:
         if path == tree or path.startswith(tree + os.sep):
             relative = path[len(tree) + 1 :]
             if folder:
                 relative = "/" + relative  # a folder listed: its own record, see used_folders
-            if relative not in _noted:
-                _noted.add(relative)
-                fd = os.open(_RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, os.fsencode(relative) + b"\n")
-                finally:
-                    os.close(fd)
+            _write(relative)
             return
 
 
