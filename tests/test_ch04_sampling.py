@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from minisgl.core import SamplingParams
-from minisgl.engine.sample import Sampler, top_k_top_p_filter
+from minisgl.engine.sample import Sampler
+from minisgl.ops.sampling import top_k_top_p_filter
 
 
 def _reference_keep_set(row: list[float], top_k: int, top_p: float) -> set[int]:

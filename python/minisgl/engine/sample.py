@@ -10,28 +10,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import SamplingParams
-
-
-def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
-                       ) -> torch.Tensor:
-    """Set logits outside each row's top-k / top-p set to -inf. logits: [B, V] fp32.
-
-    top_k[b] <= 0 disables top-k for row b; top_p[b] == 1 disables top-p. The most likely token
-    always survives, so no row is left empty.
-    """
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    rank = torch.arange(logits.shape[-1], device=logits.device).expand_as(sorted_logits)
-    k = torch.where(top_k > 0, top_k, logits.shape[-1]).unsqueeze(1)
-    drop = rank >= k
-    probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
-    # Keep a token while the mass of the tokens *before* it is below top_p. Rows with top_p == 1
-    # skip this: rounding can make the running sum reach 1.0 before the last token.
-    mass_before = probs.cumsum(dim=-1) - probs
-    top_p = top_p.unsqueeze(1)
-    drop |= (mass_before >= top_p) & (top_p < 1)
-    drop[:, 0] = False
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+from minisgl.ops.sampling import top_k_top_p_filter
 
 
 class Sampler:
