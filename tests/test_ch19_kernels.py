@@ -289,7 +289,7 @@ def test_reference_reproduces_the_emulated_kernel_outputs(trace_dir):
 def test_bench_without_cuda_says_so(trace_dir):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the bench runs for real there")
-    r = subprocess.run([sys.executable, "-m", "minisgl.kernel.bench", str(trace_dir)],
+    r = subprocess.run([sys.executable, "-m", "minisgl.benchmark.kernels", str(trace_dir)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = (r.stdout + r.stderr).strip().splitlines()
@@ -301,7 +301,8 @@ def test_bench_traces_fit_the_schema(trace_dir, tmp_path, monkeypatch):
     the CPU, torch_ops standing in for the kernels): its traces must load with flashinfer-bench."""
     from flashinfer_bench.data import EvaluationStatus, TraceSet
 
-    from minisgl.kernel import bench, cuda_ext
+    from minisgl.benchmark import kernels as bench
+    from minisgl.kernel import cuda_ext
 
     load_inputs, implementations = bench.load_inputs, bench.implementations
     monkeypatch.setattr(bench, "implementations",

@@ -14,15 +14,15 @@ Definition's name, <op> its op_type):
     blob/outputs/<op>/<def>/<def>_<uuid>.safetensors   what the kernel wrote on the emulator
     traces/<op>/<def>.jsonl                 evaluations: CUDA on the emulator, torch on the CPU
 
-The inputs come from torch with a fixed seed per case (not from the C++ program's own
-generator), so the same bytes replay on a GPU (`python -m minisgl.kernel.bench DIR`). The CUDA
-kernel runs on exactly those bytes: for each workload a small CUDA program is generated that
-reads them from files, launches the kernel as ext.cu does (the copy unit as ext.cu picks it;
-threads per block, warps per token and row splits copied from ext.cu's source text, so the
-programs follow the binding when it changes) and writes the results back; the emulator compiles
-and runs it. Each result is compared with the Definition's reference run() byte for byte. The
-emulator says nothing about speed, so the latency fields of its traces are 0 and the log says
-so; the GPU benchmark writes real ones.
+The inputs come from torch with a fixed seed per case (not from the C++ program's own generator),
+so the same bytes replay on a GPU (`python -m minisgl.benchmark.kernels DIR`). The CUDA kernel runs
+on exactly those bytes: for each workload a small CUDA program is generated that reads them from
+files, launches the kernel as ext.cu does (the copy unit as ext.cu picks it; threads per block,
+warps per token and row splits copied from ext.cu's source text, so the programs follow the binding
+when it changes) and writes the results back; the emulator compiles and runs it. Each result is
+compared with the Definition's reference run() byte for byte. The emulator says nothing about
+speed, so the latency fields of its traces are 0 and the log says so; the GPU benchmark writes real
+ones.
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ CSRC_DIR = emu_runner.CSRC_DIR
 TORCH_OPS = CSRC_DIR.parent / "torch_ops.py"
 WORKLOAD_NAMESPACE = uuid.UUID("6d696e69-7367-6c2d-6368-313900000000")  # "minisgl-ch19"
 EMULATOR_NOTE = ("Evaluated on the minisgl CPU emulator (tools/emu_kernels.py), which checks "
-                 "results, not speed: the latency fields are 0. `python -m minisgl.kernel.bench` "
-                 "measures them on a GPU.")
+                 "results, not speed: the latency fields are 0. "
+                 "`python -m minisgl.benchmark.kernels` measures them on a GPU.")
 CPU_NOTE = ("Evaluated with torch on the CPU for correctness only: the latency fields are 0. "
-            "`python -m minisgl.kernel.bench` measures them on a GPU.")
+            "`python -m minisgl.benchmark.kernels` measures them on a GPU.")
 
 STORE_KV_REFERENCE = '''import torch
 

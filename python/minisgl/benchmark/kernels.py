@@ -1,7 +1,7 @@
 """Replay the chapter-19 FlashInfer Trace workloads on a GPU and time both solutions.
 
-    python tools/emu_kernels.py --trace-dir DIR        # any machine: workloads + emulator traces
-    python -m minisgl.kernel.bench DIR [--out OUT]      # a GPU: latency traces
+    python tools/emu_kernels.py --trace-dir DIR           # any machine: workloads + emulator traces
+    python -m minisgl.benchmark.kernels DIR [--out OUT]   # a GPU: latency traces
 
 For every workload in DIR (store_kv and embedding definitions) this runs the `<definition>_cuda`
 solution (the custom kernels, through the op registry's dispatch, which takes the extension built
@@ -35,8 +35,8 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
           "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
           "bool": torch.bool}
 REPEAT = 10  # runs per timing sample
-NO_CUDA = ("minisgl.kernel.bench: no CUDA device here (torch.cuda.is_available() is False): "
-           "run it on a GPU machine")
+NO_CUDA = ("minisgl.benchmark.kernels: no CUDA device here (torch.cuda.is_available() is "
+           "False): run it on a GPU machine")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def copy_set(src: Path, dst: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m minisgl.kernel.bench", description=__doc__,
+        prog="python -m minisgl.benchmark.kernels", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dir", type=Path, help="a trace set from tools/emu_kernels.py --trace-dir")
     parser.add_argument("--out", type=Path, default=None, help="write the traces to a copy here")
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     definitions = load_definitions(args.dir)
     workloads = load_workloads(args.dir)
     if not workloads:
-        print(f"minisgl.kernel.bench: no workloads in {args.dir}", file=sys.stderr)
+        print(f"minisgl.benchmark.kernels: no workloads in {args.dir}", file=sys.stderr)
         return 1
     out = args.out or args.dir
     if out.resolve() != args.dir.resolve():
