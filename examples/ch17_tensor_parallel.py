@@ -17,9 +17,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from minisgl.distributed import set_tp_info
-from minisgl.distributed.local import tp_logits
 from minisgl.models.config import ModelConfig
 from minisgl.models.register import create_model
+from minisgl.models.tp_logits import tp_logits
 from minisgl.models.weight import load_model
 from minisgl.utils.offline import prepare_qwen3
 

@@ -14,10 +14,10 @@ import torch
 from test_ch03_models import save_random_hf_model
 
 from minisgl.distributed import TPInfo, divide, kv_head_start, kv_heads_per_rank, set_tp_info
-from minisgl.distributed.local import tp_logits
 from minisgl.models.config import ModelConfig
 from minisgl.models.register import create_model
 from minisgl.models.shard import Cut, cut_for, read_cut
+from minisgl.models.tp_logits import tp_logits
 from minisgl.models.weight import load_model
 
 CASES = {  # name: (model_type, architecture, overrides of test_ch03's TINY)

@@ -170,7 +170,7 @@ def test_greedy_tokens_match_hf_through_the_engine(tmp_path):
 def test_tensor_parallel_tp2_equals_tp1(tiny_models):
     """Experts' intermediate dimension split over two gloo ranks, output all-reduced: the logits
     equal one rank's, for the all-MoE model and the one with a dense layer."""
-    from minisgl.distributed.local import tp_logits
+    from minisgl.models.tp_logits import tp_logits
 
     cases = ["all-moe", "mlp-only-layers"]
     gen = torch.Generator().manual_seed(7)

@@ -1,21 +1,16 @@
 """Run N tensor-parallel ranks as processes on this machine (chapter 17's main and tests).
 
 Each rank is a fresh interpreter (spawn) that joins a gloo (CPU) or NCCL (GPU) group over a free
-loopback port. Results travel back as safetensors files, never pickles. `tp_logits` is the check
-of the whole chapter: a model's logits at tp ranks, to compare with one rank's.
+loopback port. models/tp_logits.py runs the check of the whole chapter on them: a model's logits
+at tp ranks, to compare with one rank's.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import socket
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-import torch
-from safetensors.torch import load_file, save_file
 
 
 def free_port() -> int:
@@ -45,34 +40,3 @@ def spawn_ranks(fn: Callable[..., None], tp: int, *args: object, timeout_s: floa
                 proc.kill()
                 proc.join()
 
-
-def _logits_rank(rank: int, tp: int, init_method: str, cases: list[tuple[str, list[int]]],
-                 out: str) -> None:
-    from minisgl.models.weight import load_model
-
-    from .comm import destroy_tp, init_tp
-
-    init_tp(rank, tp, init_method, "cpu")
-    try:
-        results = {}
-        for i, (model_dir, ids) in enumerate(cases):
-            model = load_model(model_dir)
-            results[str(i)] = model.forward(torch.tensor(ids), torch.arange(len(ids)))
-        if rank == 0:
-            save_file({k: v.contiguous() for k, v in results.items()}, out)
-    finally:
-        destroy_tp()
-
-
-def tp_logits(model_dir: str | Path | list[str | Path], ids: list[int] | list[list[int]],
-              tp: int) -> list[torch.Tensor]:
-    """fp32 logits [len(ids), vocab] of a model split over `tp` CPU ranks (gloo), one tensor
-    per case: a folder and its ids, or lists of both (one set of processes for all of them)."""
-    if isinstance(model_dir, (str, Path)):
-        model_dir, ids = [model_dir], [ids]
-    cases = [(str(d), [int(i) for i in case]) for d, case in zip(model_dir, ids, strict=True)]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "logits.safetensors")
-        spawn_ranks(_logits_rank, tp, cases, out)
-        found = load_file(out)
-        return [found[str(i)] for i in range(len(cases))]
