@@ -22,8 +22,9 @@ from minisgl.message import (
     decode,
     encode,
 )
+from minisgl.message.queues import PullQueue, PushQueue
 from minisgl.scheduler.io import SchedulerIO
-from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import ipc_addr, private_ipc_dir
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 QUESTION = "What is the capital of France?"

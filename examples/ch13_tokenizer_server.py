@@ -15,11 +15,12 @@ import time
 
 from minisgl.core import SamplingParams
 from minisgl.message import ReadyMsg, TokenizeMsg, UserReply
+from minisgl.message.queues import PullQueue, PushQueue
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils.hf import resolve_model
-from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import ipc_addr, private_ipc_dir
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 QUESTION = "What is the capital of France?"

@@ -36,15 +36,8 @@ from minisgl.message import (
     encode,
     message,
 )
-from minisgl.utils.mp import (
-    AsyncPullQueue,
-    PullQueue,
-    PushQueue,
-    ipc_addr,
-    private_ipc_dir,
-    process_start_time,
-    remove_stale_ipc_dirs,
-)
+from minisgl.message.queues import AsyncPullQueue, PullQueue, PushQueue
+from minisgl.utils.mp import ipc_addr, private_ipc_dir, process_start_time, remove_stale_ipc_dirs
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None)
 

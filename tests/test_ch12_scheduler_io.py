@@ -16,9 +16,10 @@ from conftest import CHAT_PROMPTS
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import AbortMsg, ControlMsg, ControlReply, ReadyMsg, TokenOutput, UserMsg
+from minisgl.message.queues import PullQueue, PushQueue
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO, run_scheduler_process
-from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import ipc_addr, private_ipc_dir
 
 MAX_TOKENS = 24
 NUM_PAGES = 384

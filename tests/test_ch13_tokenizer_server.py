@@ -22,6 +22,7 @@ from minisgl.message import (
     UserMsg,
     UserReply,
 )
+from minisgl.message.queues import PullQueue, PushQueue
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer import load_tokenizer
@@ -31,7 +32,7 @@ from minisgl.tokenizer.server import (
     tokenize_request,
     tokenize_worker,
 )
-from minisgl.utils.mp import PullQueue, PushQueue, ipc_addr, private_ipc_dir
+from minisgl.utils.mp import ipc_addr, private_ipc_dir
 
 # Text whose tokens split characters: emoji (ZWJ sequences, flags, skin tones), CJK, Korean,
 # combining marks, math letters outside the BMP, code, whitespace runs.

@@ -17,10 +17,10 @@ from typing import Any
 
 from minisgl.core import SamplingParams
 from minisgl.utils import init_logger
-from minisgl.utils.mp import AsyncPullQueue, PushQueue
 
 from .codec import MessageError
 from .frontend import ControlReply, UserReply
+from .queues import AsyncPullQueue, PushQueue
 from .tokenizer import AbortMsg, ControlMsg, TokenizeMsg
 
 logger = init_logger(__name__)

@@ -26,8 +26,9 @@ from minisgl.message import (
     TokenOutput,
     UserMsg,
 )
+from minisgl.message.queues import PullQueue, PushQueue, flush_before_exit
 from minisgl.utils import init_logger
-from minisgl.utils.mp import PullQueue, PushQueue, flush_before_exit, setup_worker_process
+from minisgl.utils.mp import setup_worker_process
 from minisgl.utils.proctitle import set_process_title
 
 from .config import SchedulerConfig

@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minisgl.message import ReadyMsg
+from minisgl.message.queues import PullQueue
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.tokenizer.server import detokenize_worker, tokenize_worker
 from minisgl.utils import init_logger
 from minisgl.utils.logger import set_log_level
 from minisgl.utils.misc import MinisglError, run_main
-from minisgl.utils.mp import PullQueue, ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
+from minisgl.utils.mp import ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
 from minisgl.utils.proctitle import set_process_title
 
 from .args import FlagError, ServerArgs, build_parser, parse_args
