@@ -30,7 +30,7 @@ from decode_latency import hf_ms_per_step, ms_per_decode_step, random_prompts
 from minisgl.benchmark.offline import make_workload, run_minisgl
 from minisgl.llm import LLM
 from minisgl.models.config import ModelConfig
-from minisgl.moe import fused_moe
+from minisgl.ops.moe import fused_moe
 from minisgl.utils.hf import resolve_model
 
 MODEL = "Qwen/Qwen3-30B-A3B"

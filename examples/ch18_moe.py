@@ -17,12 +17,12 @@ import torch
 
 import minisgl.kernel.triton  # noqa: F401  (before transformers: the interpreter needs it first)
 from minisgl.kernel.triton.fused_moe import align_triton
+from minisgl.layers.moe import SparseMoeBlock
 from minisgl.models.config import ModelConfig
 from minisgl.models.register import create_model
 from minisgl.models.weight import load_model
 from minisgl.moe import route
 from minisgl.moe.align import align_pairs
-from minisgl.moe.layer import SparseMoeBlock
 from minisgl.moe.tiny import write_tiny_qwen3_moe
 from minisgl.utils.hf import resolve_model
 

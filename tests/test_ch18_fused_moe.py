@@ -13,8 +13,9 @@ import torch
 
 import minisgl.kernel.triton  # noqa: F401  (sets TRITON_INTERPRET before triton loads on a CPU)
 from minisgl.kernel.triton import fused_moe as fm
-from minisgl.moe import experts_torch, fused_moe, resolve_backend, route
+from minisgl.moe import experts_torch, route
 from minisgl.moe.align import align_pairs, max_padded_rows
+from minisgl.ops.moe import fused_moe, resolve_backend
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 POISON_INT = -123456

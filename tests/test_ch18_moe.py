@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import minisgl.kernel.triton  # noqa: F401  (sets TRITON_INTERPRET before triton loads on a CPU)
+from minisgl.layers.moe import SparseMoeBlock
 from minisgl.models.config import ModelConfig
 from minisgl.models.register import create_model
 from minisgl.models.weight import load_model
-from minisgl.moe.layer import SparseMoeBlock
 from minisgl.moe.tiny import TINY_MOE, write_tiny_qwen3_moe
 from minisgl.utils.misc import MinisglError
 

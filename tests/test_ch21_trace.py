@@ -95,7 +95,7 @@ def test_references_reproduce_the_engine(captured):
 def test_moe_and_rmsnorm_ops_are_captured_and_reproduced(tmp_path):
     """The bundled model has no MoE layer: call the MoE op (and a plain RMSNorm) directly."""
     from minisgl.layers.norm import RMSNorm
-    from minisgl.moe import fused_moe
+    from minisgl.ops.moe import fused_moe
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(5, 16, generator=gen)

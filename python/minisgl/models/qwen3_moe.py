@@ -1,7 +1,7 @@
 """Qwen3-MoE: the Qwen3 decoder whose MLPs are sparse Mixture-of-Experts blocks.
 
 Attention is Qwen3's (q/k RMSNorm, no biases). In every layer that config.is_moe_layer picks
-(not in mlp_only_layers, every decoder_sparse_step-th), the MLP is minisgl.moe.SparseMoeBlock: a
+(not in mlp_only_layers, every decoder_sparse_step-th), the MLP is layers/moe.py's SparseMoeBlock: a
 router scores the experts, each token runs through its top k and gets their weighted sum. The
 other layers keep a dense MLP of intermediate_size.
 

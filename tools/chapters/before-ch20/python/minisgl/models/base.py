@@ -27,7 +27,7 @@ from minisgl.layers import (
     RotaryEmbedding,
     VocabParallelEmbedding,
 )
-from minisgl.moe.layer import SparseMoeBlock
+from minisgl.layers.moe import SparseMoeBlock
 from minisgl.utils.registry import Registry
 
 from .config import ModelConfig
@@ -66,13 +66,23 @@ class MLP(BaseOP):
         return self.down_proj.forward(ops.silu_and_mul(self.gate_up_proj.forward(x)))
 
 
+def moe_block(config: ModelConfig) -> SparseMoeBlock:
+    """The sparse MoE block of a Qwen3-MoE layer (chapter 18), sized by the config's MoE fields."""
+    moe = config.moe
+    assert moe is not None, "a MoE block needs the config's MoE fields"
+    if config.hidden_act != "silu":
+        raise ValueError(f"hidden_act {config.hidden_act!r} is not supported (only silu)")
+    return SparseMoeBlock(config.hidden_size, moe.num_experts, moe.moe_intermediate_size,
+                          moe.num_experts_per_tok, moe.norm_topk_prob)
+
+
 class DecoderLayer(BaseOP):
     def __init__(self, layer_id: int, config: ModelConfig, rotary: RotaryEmbedding) -> None:
         eps = config.rms_norm_eps
         self.input_layernorm = RMSNormFused(config.hidden_size, eps)
         self.self_attn = SelfAttention(layer_id, config, rotary)
         self.post_attention_layernorm = RMSNormFused(config.hidden_size, eps)
-        self.mlp = SparseMoeBlock(config) if config.is_moe_layer(layer_id) else MLP(config)
+        self.mlp = moe_block(config) if config.is_moe_layer(layer_id) else MLP(config)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:

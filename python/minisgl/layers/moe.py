@@ -1,4 +1,4 @@
-"""The sparse MoE block that replaces the dense MLP in Qwen3-MoE's decoder layers.
+"""The sparse Mixture-of-Experts block that replaces the dense MLP in Qwen3-MoE's decoder layers.
 
 Weights follow Hugging Face names: `mlp.gate.weight` is the router [E, H]; the experts are stacked
 into `mlp.experts.gate_up_proj` [E, 2I, H] (each expert's gate rows, then its up rows) and
@@ -16,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from minisgl.distributed import all_reduce, divide, get_tp_info
-from minisgl.layers import BaseOP, LinearReplicated
-from minisgl.models.config import ModelConfig
+from minisgl.ops.moe import fused_moe
 
-from . import fused_moe
+from .base import BaseOP
+from .linear import LinearReplicated
 
 
 class Experts(BaseOP):
@@ -29,18 +29,17 @@ class Experts(BaseOP):
 
 
 class SparseMoeBlock(BaseOP):
-    def __init__(self, config: ModelConfig, backend: str = "auto") -> None:
-        moe = config.moe
-        assert moe is not None, "a MoE block needs the config's MoE fields"
-        if config.hidden_act != "silu":
-            raise ValueError(f"hidden_act {config.hidden_act!r} is not supported (only silu)")
-        self.gate = LinearReplicated(config.hidden_size, moe.num_experts, bias=False)
+    def __init__(self, hidden_size: int, num_experts: int, intermediate_size: int, top_k: int,
+                 normalize: bool, backend: str = "auto") -> None:
+        """intermediate_size is one expert's (config.json's moe_intermediate_size); top_k experts
+        per token, their weights rescaled to sum to 1 when `normalize` (norm_topk_prob)."""
+        self.gate = LinearReplicated(hidden_size, num_experts, bias=False)
         self._tp = get_tp_info().size
-        local_inter = divide(moe.moe_intermediate_size, self._tp, "moe_intermediate_size")
-        self.experts = Experts(moe.num_experts, config.hidden_size, local_inter)
-        self.top_k = moe.num_experts_per_tok
-        self.normalize = moe.norm_topk_prob
-        self.backend = backend  # auto | torch | triton (see minisgl.moe)
+        local_inter = divide(intermediate_size, self._tp, "moe_intermediate_size")
+        self.experts = Experts(num_experts, hidden_size, local_inter)
+        self.top_k = top_k
+        self.normalize = normalize
+        self.backend = backend  # auto | torch | triton (see ops/moe.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = fused_moe(x, self.gate.forward(x), self.experts.gate_up_proj,
