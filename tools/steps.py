@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("n", type=int, nargs="*", help="chapters (default: all)")
     chk.add_argument("--keep", action="store_true",
                      help="keep the trees and print where (default: remove them)")
-    chk.add_argument("--timeout", type=float, default=600,
+    chk.add_argument("--timeout", type=float, default=2400,
                      help="seconds per main or test run (default: %(default)g)")
     chk.add_argument(
         "--record-proven", type=Path, metavar="FILE",
