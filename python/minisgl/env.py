@@ -49,6 +49,8 @@ class EnvSettings:
     # >>> ch20
     # MINISGL_DISABLE_FUSED_KERNELS: on a GPU too, RMSNorm, RoPE and SiLU run as torch ops
     disable_fused_kernels: bool
+    # MINISGL_DISABLE_ONEDNN: on a CPU, linear layers keep torch's F.linear (weights unpacked)
+    disable_onednn: bool
     # <<< ch20
 
 
@@ -72,5 +74,6 @@ def load_env() -> EnvSettings:
         # <<< ch14
         # >>> ch20
         disable_fused_kernels=_flag("MINISGL_DISABLE_FUSED_KERNELS", False),
+        disable_onednn=_flag("MINISGL_DISABLE_ONEDNN", False),
         # <<< ch20
     )

@@ -27,6 +27,7 @@ from minisgl.attention import create_attn_backend
 from minisgl.core import Batch, Context, set_global_ctx
 from minisgl.distributed import broadcast_int, get_tp_info, kv_heads_per_rank, min_over_ranks
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
+from minisgl.layers.cpu_pack import pack_linears
 from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
 from minisgl.ops import hook
@@ -87,6 +88,17 @@ class Engine:
         self.model_config = ModelConfig.from_path(config.model_path)
         self.model = load_model(config.model_path, dtype=config.dtype, device=self.device,
                                 dummy_weight=config.dummy_weight, config=self.model_config)
+        # >>> ch20
+        # oneDNN reads packed weights about twice as fast on a CPU (layers/cpu_pack.py)
+        pack = self.device.type == "cpu"
+        # <<< ch20
+        # >>> ch21
+        pack = pack and hook.installed is None  # a trace runs the torch code on plain weights
+        # <<< ch21
+        # >>> ch20
+        if pack and (packed := pack_linears(self.model)):
+            logger.info("packed %d linear weights for oneDNN (CPU)", packed)
+        # <<< ch20
         mc = self.model_config
         # With tensor parallelism this rank holds (and caches K/V for) its own heads only.
         tp = get_tp_info()

@@ -54,9 +54,14 @@ class ParallelLMHead(BaseOP):
         else:
             self._tied_to = tied_to  # underscore: not a weight of its own
 
+    def logits_weight(self) -> torch.Tensor:
+        return self._tied_to.weight if hasattr(self, "_tied_to") else self.weight
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self._tied_to.weight if hasattr(self, "_tied_to") else self.weight
-        logits = F.linear(hidden, weight)
+        if hasattr(self, "_packed_weight"):  # packed for the CPU (chapter 20, layers/cpu_pack.py)
+            logits = ops.linear(hidden, self._packed_weight)
+        else:
+            logits = F.linear(hidden, self.logits_weight())
         if self._tp == 1:
             return logits
         return all_gather_last_dim(logits)[..., : self.vocab_size]  # drop the padding rows

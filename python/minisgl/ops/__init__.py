@@ -2,7 +2,8 @@
 
 Each op is declared once with its torch reference (one small file per kind of op), and later
 chapters add faster implementations to it: the CUDA extension (cuda_impls.py, chapter 19) and
-Triton kernels (moe.py, chapter 18; triton_impls.py, chapter 20). registry.py holds the rule that
+Triton kernels (moe.py, chapter 18; triton_impls.py, chapter 20), and on a CPU oneDNN's linear
+over packed weights (cpu_impls.py, chapter 20). registry.py holds the rule that
 picks one for each call; hook.py the one point where a trace sees every call (chapter 21).
 Layers and models call these by name and never choose an implementation themselves.
 """
@@ -21,3 +22,4 @@ from .moe import moe
 from . import cuda_impls  # adds the CUDA kernels to store_kv and embedding
 from .fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear
 from . import triton_impls  # adds the Triton kernels to the ops above
+from . import cpu_impls  # adds oneDNN's packed-weight linear (CPU)

@@ -1,0 +1,80 @@
+"""The matrix multiplies of one SmolLM2 decode step on the CPU: torch's F.linear on plain weights
+against oneDNN on weights packed once (ops/cpu_impls.py), fp32 and bf16, for 1, 8 and 32 rows
+(the batch of a decode step), beside the speed `torch.sum` reads memory at.
+
+    python benchmarks/cpu_linear_packing.py [--repeat 5]
+
+Thirty layers of distinct random weights in SmolLM2-135M's shapes plus its LM head, so that no
+weight stays in a cache between two uses: the figure is ms per step and the GB/s it reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from minisgl.ops.cpu_impls import linear_onednn, pack_weight
+
+# SmolLM2-135M: hidden 576, intermediate 1536, 9 query and 3 KV heads of 64, vocabulary 49152
+LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down
+LAYERS = 30
+LM_HEAD = (49152, 576)
+
+
+def weights(dtype: torch.dtype) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    shapes = LAYER_SHAPES * LAYERS + [LM_HEAD]
+    return [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
+
+
+def ms_per_step(ws: list[torch.Tensor], rows: int, packed: bool, repeat: int) -> float:
+    dtype = ws[0].dtype
+    inputs = {k: torch.randn(rows, k).to(dtype) for k in {w.shape[1] for w in ws}}
+    fn = linear_onednn if packed else F.linear
+    ws = [pack_weight(w) for w in ws] if packed else ws
+
+    def step() -> None:
+        for w in ws:
+            fn(inputs[w.shape[1]], w)
+
+    step()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        step()
+    return (time.perf_counter() - start) / repeat * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"CPU: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch "
+          f"{torch.__version__} ({torch.backends.cpu.get_cpu_capability()}); SmolLM2-135M's "
+          f"{LAYERS} layers + LM head, distinct random weights; mean of {args.repeat} steps")
+    big = torch.randn(135_000_000)
+    big.sum()
+    start = time.perf_counter()
+    for _ in range(args.repeat):
+        big.sum()
+    seconds = (time.perf_counter() - start) / args.repeat
+    print(f"torch.sum reads fp32 at {big.numel() * 4 / seconds / 1e9:.1f} GB/s")
+    del big
+    for dtype in (torch.float32, torch.bfloat16):
+        ws = weights(dtype)
+        nbytes = sum(w.numel() for w in ws) * ws[0].element_size()
+        for rows in (1, 8, 32):
+            plain = ms_per_step(ws, rows, False, args.repeat)
+            packed = ms_per_step(ws, rows, True, args.repeat)
+            print(f"{str(dtype).removeprefix('torch.'):8s} rows {rows:2d}: F.linear "
+                  f"{plain:6.1f} ms ({nbytes / plain / 1e6:4.1f} GB/s)  packed "
+                  f"{packed:6.1f} ms ({nbytes / packed / 1e6:4.1f} GB/s)  "
+                  f"{plain / packed:4.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""Packing a model's linear weights for the CPU, once, after loading (chapter 20, for the CPU).
+
+ops/cpu_impls.py explains why: oneDNN reads a weight reordered into its own layout about twice as
+fast as F.linear reads the plain one. Each linear layer's weight is replaced by its packed form
+(no second copy is kept: the model's memory stays the same), and a tied LM head, which shares the
+embedding table, gets a packed copy of its own, since the embedding still looks rows up.
+Afterwards the weights can no longer be read as numbers or loaded into: the engine packs last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from minisgl.ops.cpu_impls import can_pack, pack_weight
+
+from .base import BaseOP, OPList
+from .embedding import ParallelLMHead
+from .linear import _Linear
+
+
+def sub_ops(op: BaseOP) -> Iterator[BaseOP]:
+    """op and every layer below it (underscore attributes, such as a tied head's embedding, are
+    references, not children)."""
+    yield op
+    children = op.ops if isinstance(op, OPList) else [
+        value for name, value in vars(op).items() if not name.startswith("_")]
+    for child in children:
+        if isinstance(child, BaseOP):
+            yield from sub_ops(child)
+
+
+def pack_linears(model: BaseOP) -> int:
+    """Pack every linear weight of the model that oneDNN can take; the number packed."""
+    count = 0
+    for op in sub_ops(model):
+        if isinstance(op, _Linear) and can_pack(op.weight):
+            op.weight = pack_weight(op.weight)
+            count += 1
+        elif (isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight")
+              and can_pack(op.logits_weight())):
+            op._packed_weight = pack_weight(op.logits_weight())
+            count += 1
+    return count

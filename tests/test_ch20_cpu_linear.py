@@ -1,0 +1,84 @@
+"""Chapter 20 on the CPU: linear layers over weights packed for oneDNN (ops/cpu_impls.py,
+layers/cpu_pack.py), against torch's F.linear on the same plain weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minisgl import ops
+from minisgl.ops import cpu_impls
+
+pytestmark = pytest.mark.skipif(not cpu_impls.onednn_available(),
+                                reason="this torch has no oneDNN linear")
+
+
+def fresh(*shape: int, dtype: torch.dtype = torch.float32, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 40])
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_matches_f_linear_fp32(rows: int, bias: bool) -> None:
+    x, w = fresh(rows, 96, seed=rows), fresh(200, 96, seed=7 + rows)
+    b = fresh(200, seed=11) if bias else None
+    packed = cpu_impls.pack_weight(w)
+    assert packed.is_mkldnn and packed.shape == w.shape and packed.dtype == w.dtype
+    assert ops.linear.kind_for(x, packed, b) == "onednn"
+    assert ops.linear.kind_for(x, w, b) == "torch"  # a plain weight keeps the reference
+    got = ops.linear(x, packed, b)
+    torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_bf16_and_strided_and_3d_inputs() -> None:
+    w = fresh(64, 48, dtype=torch.bfloat16, seed=1)
+    packed = cpu_impls.pack_weight(w)
+    x = fresh(48, 5, dtype=torch.bfloat16, seed=2).t()  # not contiguous
+    torch.testing.assert_close(ops.linear(x, packed), F.linear(x, w), rtol=1e-2, atol=1e-2)
+    x3 = fresh(2, 3, 48, dtype=torch.bfloat16, seed=3)
+    assert ops.linear(x3, packed).shape == (2, 3, 64)
+
+
+def test_packed_linear_refuses_a_dtype_mismatch() -> None:
+    packed = cpu_impls.pack_weight(fresh(8, 8, seed=4))
+    with pytest.raises(TypeError, match="differ"):
+        ops.linear(fresh(1, 8, dtype=torch.bfloat16, seed=5), packed)
+
+
+def test_only_plain_2d_float_cpu_weights_are_packed() -> None:
+    assert cpu_impls.can_pack(fresh(4, 4, seed=6))
+    assert not cpu_impls.can_pack(fresh(4, 4, dtype=torch.float16, seed=6))
+    assert not cpu_impls.can_pack(fresh(4, seed=6))
+    assert not cpu_impls.can_pack(cpu_impls.pack_weight(fresh(4, 4, seed=6)))
+
+
+def test_the_switch_turns_packing_off(monkeypatch) -> None:
+    monkeypatch.setenv("MINISGL_DISABLE_ONEDNN", "1")
+    cpu_impls.onednn_available.cache_clear()
+    try:
+        assert not cpu_impls.can_pack(fresh(4, 4, seed=8))
+    finally:
+        monkeypatch.delenv("MINISGL_DISABLE_ONEDNN")
+        cpu_impls.onednn_available.cache_clear()
+
+
+def test_a_packed_model_gives_the_plain_models_logits(smollm2_dir) -> None:
+    """Every linear of SmolLM2 packed (and a copy for its tied LM head): the same logits as the
+    plain model on random tokens, within fp32 rounding, and the embedding still reads rows."""
+    from minisgl.layers.cpu_pack import pack_linears
+    from minisgl.models.weight import load_model
+
+    plain = load_model(smollm2_dir)
+    model = load_model(smollm2_dir)
+    n_linear = sum(name.endswith("proj.weight") for name, _ in plain.named_weights())
+    assert pack_linears(model) == n_linear + 1  # + the tied LM head
+    assert not model.model.embed_tokens.weight.is_mkldnn
+    assert pack_linears(model) == 0  # packed weights are not packed twice
+    ids = torch.randint(0, plain.config.vocab_size, (9,), generator=torch.Generator().manual_seed(9))
+    positions = torch.arange(9)
+    want = plain.forward(ids, positions)
+    got = model.forward(ids, positions)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-3)
+    assert got.argmax(-1).tolist() == want.argmax(-1).tolist()
