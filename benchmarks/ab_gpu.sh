@@ -38,10 +38,13 @@ run() {
 # a fresh machine compiles every Triton kernel while the first runs capture their CUDA graphs
 # (over 80 s for the 35 sizes bench.py captures): one uncounted run of each kind and side first
 # fills the cache, so that the counted runs below measure the engine, not the compiler
-for side in a b; do
-  run decode "$side" "warm_decode_${side}" "${WARM_LIMIT_S:-240}"
-  run bench "$side" "warm_bench_${side}" "${WARM_LIMIT_S:-240}"
-done
+# (WARM=0 leaves it out: a second call on a machine still warm from the first finds the cache there)
+if [ "${WARM:-1}" != 0 ]; then
+  for side in a b; do
+    run decode "$side" "warm_decode_${side}" "${WARM_LIMIT_S:-240}"
+    run bench "$side" "warm_bench_${side}" "${WARM_LIMIT_S:-240}"
+  done
+fi
 for round in $(seq 1 "$ROUNDS"); do
   for side in a b; do
     run decode "$side" "decode_${side}_${round}" "${RUN_LIMIT_S:-120}"
