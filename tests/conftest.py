@@ -25,6 +25,11 @@ import pytest
 # imports torch._dynamo and with it triton, so the variable is set here, before collection.
 if not Path("/proc/driver/nvidia/version").exists():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# >>> ch20
+# The tests compare the engine with Hugging Face in fp32, on any CPU: "auto" means float32 here
+# unless a test says otherwise (chapter 20's test of the CPU's own default unsets it).
+os.environ.setdefault("MINISGL_CPU_DTYPE", "float32")
+# <<< ch20
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

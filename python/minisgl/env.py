@@ -23,6 +23,16 @@ def _flag(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={value!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
+# >>> ch20
+def _choice(name: str, choices: tuple[str, ...]) -> str:
+    """The variable's value, one of choices (the first when unset)."""
+    value = os.environ.get(name) or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+# <<< ch20
+
+
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "minisgl"
@@ -51,6 +61,9 @@ class EnvSettings:
     disable_fused_kernels: bool
     # MINISGL_DISABLE_ONEDNN: on a CPU, linear layers keep torch's F.linear (weights unpacked)
     disable_onednn: bool
+    # MINISGL_CPU_DTYPE: what --dtype auto means on a CPU: auto (bfloat16 where the CPU computes
+    # in bf16 natively, else float32), float32 or bfloat16 (the tests ask for float32)
+    cpu_dtype: str
     # <<< ch20
 
 
@@ -75,5 +88,6 @@ def load_env() -> EnvSettings:
         # >>> ch20
         disable_fused_kernels=_flag("MINISGL_DISABLE_FUSED_KERNELS", False),
         disable_onednn=_flag("MINISGL_DISABLE_ONEDNN", False),
+        cpu_dtype=_choice("MINISGL_CPU_DTYPE", ("auto", "float32", "bfloat16")),
         # <<< ch20
     )

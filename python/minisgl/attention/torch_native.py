@@ -31,6 +31,7 @@ class DecodeGroup:
     slots: torch.Tensor  # [g * max_len] their KV slots, padded with slot 0
     mask: torch.Tensor  # [g, 1, 1, max_len] which keys are real
     buffer: torch.Tensor  # [2, g * max_len, kv_heads * head_dim] gathered K and V
+    whole_batch: bool  # the group is the whole batch in its order: q needs no gather, out no scatter
     # One buffer for all layers: each layer's gather is consumed before the next layer runs.
     # (index_select into it is several times faster than advanced indexing on a CPU.)
 
@@ -84,7 +85,8 @@ class TorchNativeBackend(BaseAttnBackend):
         k_cache = self.kv_cache.k_cache(0)
         buffer = torch.empty(2, padded.numel(), k_cache[0].numel(), dtype=k_cache.dtype,
                              device=device)
-        return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer)
+        return DecodeGroup(torch.tensor(rows, device=device), padded.flatten(), mask, buffer,
+                           whole_batch=rows == list(range(len(meta.kv_lens))))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
@@ -139,6 +141,8 @@ class TorchNativeBackend(BaseAttnBackend):
     def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: TorchAttnMetadata) -> torch.Tensor:
         """q: [B, H, D], one new token per request, each seeing its whole sequence."""
+        if len(meta.decode_groups) == 1 and meta.decode_groups[0].whole_batch:
+            return self._decode_group_attention(q, k_cache, v_cache, meta.decode_groups[0])
         out = torch.empty_like(q)  # groups hold requests in length order: scatter back by row
         for group in meta.decode_groups:
             out[group.rows] = self._decode_group_attention(q[group.rows], k_cache, v_cache, group)

@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 import torch
 
+# >>> ch20
+from minisgl.env import load_env
+from minisgl.utils.cpu import native_bf16
+
+# <<< ch20
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # >>> ch11
 
@@ -15,15 +21,29 @@ def default_device() -> str:
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
-    """"auto" is bfloat16 on a GPU and float32 on a CPU (CPU bf16 is slow and less exact)."""
+    """"auto" is bfloat16 on a GPU and cpu_dtype() on a CPU."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        return torch.bfloat16 if device.startswith("cuda") else cpu_dtype()
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]
 # <<< ch11
+
+
+def cpu_dtype() -> torch.dtype:
+    """What "auto" means on a CPU. float32 by default: a CPU without native bf16 arithmetic runs
+    bf16 slower than fp32. From chapter 20, bfloat16 on a CPU that has it (half the bytes of
+    weights and KV per token, and a CPU decode step is bound by reading them), and
+    MINISGL_CPU_DTYPE decides when it is set."""
+    # >>> ch20
+    if load_env().cpu_dtype != "auto":
+        return DTYPES[load_env().cpu_dtype]
+    if native_bf16():
+        return torch.bfloat16
+    # <<< ch20
+    return torch.float32
 
 
 @dataclass

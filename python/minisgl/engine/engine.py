@@ -32,6 +32,7 @@ from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
 from minisgl.ops import hook
 from minisgl.utils import init_logger
+from minisgl.utils.cpu import describe_threads
 from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
@@ -89,15 +90,12 @@ class Engine:
         self.model = load_model(config.model_path, dtype=config.dtype, device=self.device,
                                 dummy_weight=config.dummy_weight, config=self.model_config)
         # >>> ch20
-        # oneDNN reads packed weights about twice as fast on a CPU (layers/cpu_pack.py)
-        pack = self.device.type == "cpu"
-        # <<< ch20
-        # >>> ch21
-        pack = pack and hook.installed is None  # a trace runs the torch code on plain weights
-        # <<< ch21
-        # >>> ch20
-        if pack and (packed := pack_linears(self.model)):
-            logger.info("packed %d linear weights for oneDNN (CPU)", packed)
+        if self.device.type == "cpu":
+            logger.info("CPU: %s weights and activations; %s", str(config.dtype)[6:],
+                        describe_threads())
+            # oneDNN reads packed weights about twice as fast (layers/cpu_pack.py)
+            if packed := pack_linears(self.model):
+                logger.info("packed %d linear weights for oneDNN", packed)
         # <<< ch20
         mc = self.model_config
         # With tensor parallelism this rank holds (and caches K/V for) its own heads only.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from minisgl.ops import hook
 from minisgl.ops.cpu_impls import can_pack, pack_weight
 
 from .base import BaseOP, OPList
@@ -31,6 +32,10 @@ def sub_ops(op: BaseOP) -> Iterator[BaseOP]:
 
 def pack_linears(model: BaseOP) -> int:
     """Pack every linear weight of the model that oneDNN can take; the number packed."""
+    # >>> ch21
+    if hook.installed is not None:  # a trace runs (and replays) the torch code on plain weights
+        return 0
+    # <<< ch21
     count = 0
     for op in sub_ops(model):
         if isinstance(op, _Linear) and can_pack(op.weight):

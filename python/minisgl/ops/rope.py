@@ -34,10 +34,16 @@ def rope_torch(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, si
     """q [tokens, qo_heads, head_dim] and k [tokens, kv_heads, head_dim] of the merged q|k|v
     projection, normalised per head when norm weights are given (Qwen3), then rotated."""
     q_size, kv_size = num_qo_heads * head_dim, num_kv_heads * head_dim
+    if q_norm_weight is None:
+        # q and k lie side by side in q|k|v: rotated as one tensor of qo + kv heads, half the ops
+        # (a decode step on a CPU spends as much time calling small ops as computing them)
+        qk = qkv[:, :q_size + kv_size].reshape(-1, num_qo_heads + num_kv_heads, head_dim)
+        cos, sin = cos[positions].to(qk.dtype), sin[positions].to(qk.dtype)
+        qk = rotate(qk, cos, sin)
+        return qk[:, :num_qo_heads].contiguous(), qk[:, num_qo_heads:].contiguous()
     q = qkv[:, :q_size].reshape(-1, num_qo_heads, head_dim)
     k = qkv[:, q_size:q_size + kv_size].reshape(-1, num_kv_heads, head_dim)
-    if q_norm_weight is not None:
-        q, k = rms_norm_torch(q, q_norm_weight, eps), rms_norm_torch(k, k_norm_weight, eps)
+    q, k = rms_norm_torch(q, q_norm_weight, eps), rms_norm_torch(k, k_norm_weight, eps)
     return rotate_qk(q, k, positions, cos, sin)
 
 

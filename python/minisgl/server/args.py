@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="address to listen on (127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=ServerArgs.port, help="HTTP port")
     p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
-                   help="auto: bfloat16 on a GPU, float32 on a CPU")
+                   help="auto: bfloat16 on a GPU; on a CPU float32, or bfloat16 where the CPU "
+                        "computes bf16 natively (chapter 20; MINISGL_CPU_DTYPE)")
     p.add_argument("--device", default=None, help="cuda or cpu (None: cuda when available)")
     p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1,
                    help="tensor parallel size: scheduler processes, each with a slice of the "
