@@ -103,16 +103,25 @@ def load_library(build_dir: Path) -> ctypes.CDLL | None:
 
 
 def build_library(build_dir: Path) -> Path:
-    """Compile csrc/radix.cpp into build_dir, once per version of the source and flags.
+    """Compile csrc/radix.cpp into build_dir, once per version of the source and flags."""
+    return build_cpp_library(SOURCE, CXX_FLAGS, build_dir)
 
-    The file name carries a hash of both, so an edited source is rebuilt and an old build is
+
+def build_cpp_library(source_path: Path, flags: tuple[str, ...], build_dir: Path,
+                      salt: str = "") -> Path:
+    """Compile one C++ file into a shared library in build_dir (chapter 20's CPU attention
+    kernel is built the same way), once per version of the source and flags.
+
+    The file name carries a hash of both (and of `salt`: what else the build depends on, such as
+    the CPU a -march=native build is for), so an edited source is rebuilt and an old build is
     never loaded. Compiling into a temporary file and renaming makes concurrent builders (several
     processes starting at once) safe: the rename is atomic, and the last one simply wins.
     """
-    source = SOURCE.read_bytes()
+    source = source_path.read_bytes()
     compiler = os.environ.get("CXX", "g++")
-    digest = hashlib.sha256(source + " ".join((compiler, *CXX_FLAGS)).encode()).hexdigest()[:16]
-    target = Path(build_dir) / f"radix_{digest}.so"
+    key = " ".join((compiler, *flags, salt)).encode()
+    digest = hashlib.sha256(source + key).hexdigest()[:16]
+    target = Path(build_dir) / f"{source_path.stem}_{digest}.so"
     if target.exists():
         return target
     path = shutil.which(compiler)
@@ -122,7 +131,7 @@ def build_library(build_dir: Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        subprocess.run([path, *CXX_FLAGS, "-o", tmp, str(SOURCE)],
+        subprocess.run([path, *flags, "-o", tmp, str(source_path)],
                        check=True, capture_output=True, text=True)
         os.replace(tmp, target)
     finally:

@@ -1,0 +1,180 @@
+// Decode attention on a CPU, straight over the paged KV pool (chapter 20, for the CPU).
+//
+// One new query token per request attends over every token of its sequence. The torch backend
+// first gathers each request's K and V rows into a new tensor and then calls SDPA: on a CPU that
+// copy costs as much as the attention itself, and SDPA's kernel is built for long query blocks,
+// not for one token. Here each (request, KV head) pair reads its K and V rows where they lie in
+// the pool, through the page table, exactly once:
+//   pass 1: scores s[g][j] = scale * q_g . k_j for the G query heads that share this KV head
+//   softmax over j in fp32 (the largest score subtracted first, as every softmax must)
+//   pass 2: out_g = sum_j p[g][j] * v_j / sum_j p[g][j]
+// Everything is accumulated in fp32; bf16 is converted on load and rounded to nearest-even on
+// store, as torch does. Pairs run in parallel with OpenMP (the same runtime torch's threads use:
+// the library is loaded into a process that has already loaded torch's libgomp).
+//
+// Built just in time by minisgl/kernel/cpu_attention.py and called through ctypes.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+inline float load(float x) { return x; }
+
+inline float load(uint16_t x) {  // bf16 is the top half of an fp32
+    const uint32_t bits = static_cast<uint32_t>(x) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+inline void store(float x, float* out) { *out = x; }
+
+inline void store(float x, uint16_t* out) {  // round to nearest, ties to even
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    if (std::isnan(x)) {
+        *out = 0x7fc0;
+        return;
+    }
+    bits += 0x7fff + ((bits >> 16) & 1);
+    *out = static_cast<uint16_t>(bits >> 16);
+}
+
+// exp(x) for x <= 0 (a softmax subtracts the largest score first) in plain arithmetic, so that
+// the compiler vectorises the loop that calls it; libm's expf is a call per element. 2^(x log2 e)
+// is split into 2^n (written into the exponent bits) and 2^f for f in [0, 1) (a polynomial):
+// relative error below 2e-7, about one fp32 rounding.
+inline float exp_nonpositive(float x) {
+    x = std::max(x, -87.0f) * 1.44269504f;  // below -87 the result is 0 in fp32 anyway
+    const float n = std::floor(x), f = x - n;
+    float p = 1.8775767e-3f;
+    p = p * f + 8.9893397e-3f;
+    p = p * f + 5.5826318e-2f;
+    p = p * f + 2.4015361e-1f;
+    p = p * f + 6.9315308e-1f;
+    p = p * f + 9.9999994e-1f;
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+// kDim > 0: the head size known when compiling (the common 64 and 128), so that the inner loops
+// unroll completely; 0: any head size, read at run time. Returns how many (request, KV head)
+// pairs met a slot outside [0, num_slots): those are left unwritten.
+template <typename T, int kDim>
+int64_t decode_attention(const T* q, const T* k_cache, const T* v_cache, int64_t slot_stride,
+                         int64_t num_slots, const int32_t* page_table, int64_t table_stride,
+                         const int64_t* table_rows, const int64_t* kv_lens, T* out, int64_t batch,
+                         int64_t qo_heads, int64_t kv_heads, int64_t runtime_dim, float scale,
+                         int num_threads) {
+    const int64_t head_dim = kDim > 0 ? kDim : runtime_dim;
+    const int64_t groups = qo_heads / kv_heads;  // query heads per KV head
+    int64_t bad = 0;
+#pragma omp parallel num_threads(num_threads) reduction(+ : bad)
+    {
+        // per thread: q in fp32 (scaled), the output sums, one K or V row in fp32, the scores
+        std::vector<float> qf(groups * head_dim), acc(groups * head_dim), row(head_dim);
+        std::vector<float> total(groups), scores;
+#pragma omp for collapse(2) schedule(dynamic)
+        for (int64_t b = 0; b < batch; ++b) {
+            for (int64_t h = 0; h < kv_heads; ++h) {
+                const int64_t len = kv_lens[b];
+                const int32_t* slots = page_table + table_rows[b] * table_stride;
+                // the engine owns the table, but a wrong slot here would read outside the pool
+                if (std::any_of(slots, slots + len,
+                                [&](int32_t s) { return s < 0 || s >= num_slots; })) {
+                    ++bad;
+                    continue;
+                }
+                const T* qb = q + (b * qo_heads + h * groups) * head_dim;
+                for (int64_t i = 0; i < groups * head_dim; ++i) qf[i] = load(qb[i]) * scale;
+                scores.resize(groups * len);
+                for (int64_t j = 0; j < len; ++j) {  // pass 1: every key once
+                    const T* key = k_cache + slots[j] * slot_stride + h * head_dim;
+                    // converted once, used by all G query heads
+                    for (int64_t d = 0; d < head_dim; ++d) row[d] = load(key[d]);
+                    for (int64_t g = 0; g < groups; ++g) {
+                        const float* qg = &qf[g * head_dim];
+                        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)  // lets the compiler add in any order: vectorised
+                        for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
+                        scores[g * len + j] = dot;
+                    }
+                }
+                for (int64_t g = 0; g < groups; ++g) {  // softmax numerators, per query head
+                    float* s = &scores[g * len];
+                    const float top = *std::max_element(s, s + len);
+                    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+                    for (int64_t j = 0; j < len; ++j) {
+                        s[j] = exp_nonpositive(s[j] - top);
+                        sum += s[j];
+                    }
+                    total[g] = sum;
+                }
+                std::fill(acc.begin(), acc.end(), 0.f);
+                for (int64_t j = 0; j < len; ++j) {  // pass 2: every value once
+                    const T* value = v_cache + slots[j] * slot_stride + h * head_dim;
+                    for (int64_t d = 0; d < head_dim; ++d) row[d] = load(value[d]);
+                    for (int64_t g = 0; g < groups; ++g) {
+                        const float p = scores[g * len + j];
+                        float* a = &acc[g * head_dim];
+                        for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
+                    }
+                }
+                T* ob = out + (b * qo_heads + h * groups) * head_dim;
+                for (int64_t g = 0; g < groups; ++g)
+                    for (int64_t d = 0; d < head_dim; ++d)
+                        store(acc[g * head_dim + d] / total[g], ob + g * head_dim + d);
+            }
+        }
+    }
+    return bad;
+}
+
+template <typename T>
+int64_t decode_attention_any_dim(const T* q, const T* k_cache, const T* v_cache,
+                                 int64_t slot_stride, int64_t num_slots, const int32_t* page_table,
+                                 int64_t table_stride, const int64_t* table_rows,
+                                 const int64_t* kv_lens, T* out, int64_t batch, int64_t qo_heads,
+                                 int64_t kv_heads, int64_t head_dim, float scale, int num_threads) {
+    auto run = head_dim == 64    ? decode_attention<T, 64>
+               : head_dim == 128 ? decode_attention<T, 128>
+                                 : decode_attention<T, 0>;
+    return run(q, k_cache, v_cache, slot_stride, num_slots, page_table, table_stride, table_rows,
+               kv_lens, out, batch, qo_heads, kv_heads, head_dim, scale, num_threads);
+}
+
+}  // namespace
+
+// The entry points, one per element type (bf16 travels as its bits, uint16_t).
+extern "C" {
+int64_t minisgl_cpu_decode_attention_f32(const float* q, const float* k_cache,
+                                         const float* v_cache, int64_t slot_stride,
+                                         int64_t num_slots, const int32_t* page_table,
+                                         int64_t table_stride, const int64_t* table_rows,
+                                         const int64_t* kv_lens, float* out, int64_t batch,
+                                         int64_t qo_heads, int64_t kv_heads, int64_t head_dim,
+                                         float scale, int num_threads) {
+    return decode_attention_any_dim(q, k_cache, v_cache, slot_stride, num_slots, page_table,
+                                    table_stride, table_rows, kv_lens, out, batch, qo_heads,
+                                    kv_heads, head_dim, scale, num_threads);
+}
+
+int64_t minisgl_cpu_decode_attention_bf16(const uint16_t* q, const uint16_t* k_cache,
+                                          const uint16_t* v_cache, int64_t slot_stride,
+                                          int64_t num_slots, const int32_t* page_table,
+                                          int64_t table_stride, const int64_t* table_rows,
+                                          const int64_t* kv_lens, uint16_t* out, int64_t batch,
+                                          int64_t qo_heads, int64_t kv_heads, int64_t head_dim,
+                                          float scale, int num_threads) {
+    return decode_attention_any_dim(q, k_cache, v_cache, slot_stride, num_slots, page_table,
+                                    table_stride, table_rows, kv_lens, out, batch, qo_heads,
+                                    kv_heads, head_dim, scale, num_threads);
+}
+}
