@@ -11,7 +11,6 @@ import torch
 from conftest import CHAT_PROMPTS
 
 from minisgl.core import SamplingParams
-from minisgl.engine import config as engine_config
 from minisgl.engine.config import resolve_dtype
 from minisgl.utils import cpu
 
@@ -30,7 +29,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(flags, want) -> None:
 
 @pytest.mark.parametrize("native", ["avx512_bf16", None])
 def test_auto_on_a_cpu_follows_the_cpu_unless_the_variable_decides(monkeypatch, native) -> None:
-    monkeypatch.setattr(engine_config, "native_bf16", lambda: native)
+    monkeypatch.setattr(cpu, "native_bf16", lambda: native)
     monkeypatch.delenv("MINISGL_CPU_DTYPE", raising=False)
     assert resolve_dtype("auto", "cpu") == (torch.bfloat16 if native else torch.float32)
     monkeypatch.setenv("MINISGL_CPU_DTYPE", "auto")

@@ -6,11 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-# >>> ch20
-from minisgl.env import load_env
-from minisgl.utils.cpu import native_bf16
-
-# <<< ch20
+from minisgl.utils.cpu import preferred_cpu_dtype
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # >>> ch11
@@ -34,16 +30,12 @@ def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
 
 def cpu_dtype() -> torch.dtype:
     """What "auto" means on a CPU. float32 by default: a CPU without native bf16 arithmetic runs
-    bf16 slower than fp32. From chapter 20, bfloat16 on a CPU that has it (half the bytes of
-    weights and KV per token, and a CPU decode step is bound by reading them), and
-    MINISGL_CPU_DTYPE decides when it is set."""
+    bf16 slower than fp32. From chapter 20 the CPU decides (utils/cpu.py)."""
+    dtype = torch.float32
     # >>> ch20
-    if load_env().cpu_dtype != "auto":
-        return DTYPES[load_env().cpu_dtype]
-    if native_bf16():
-        return torch.bfloat16
+    dtype = preferred_cpu_dtype()
     # <<< ch20
-    return torch.float32
+    return dtype
 
 
 @dataclass

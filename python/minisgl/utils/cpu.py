@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from minisgl.env import load_env
+
 # /proc/cpuinfo's names for the instructions that multiply bf16 natively
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -37,6 +39,16 @@ def native_bf16(flags: frozenset[str] | None = None) -> str | None:
     """The flag that says this CPU computes in bf16 natively, or None."""
     flags = cpu_flags() if flags is None else flags
     return next((f for f in BF16_FLAGS if f in flags), None)
+
+
+def preferred_cpu_dtype() -> torch.dtype:
+    """The CPU's dtype for "auto": MINISGL_CPU_DTYPE when it names one; else bf16 where the CPU
+    computes it natively (half the bytes of weights and KV per token, and a CPU decode step is
+    bound by reading them), fp32 elsewhere."""
+    choice = load_env().cpu_dtype
+    if choice != "auto":
+        return getattr(torch, choice)  # "float32" or "bfloat16", checked by load_env
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def describe_threads() -> str:
