@@ -8,6 +8,7 @@ from minisgl.kvcache.mha_pool import MHAKVCache
 
 from .base import BaseAttnBackend
 from .cpu import CpuBackend
+from .flashinfer import FlashInferBackend
 from .torch_native import TorchNativeBackend
 from .triton import TritonBackend
 
@@ -16,6 +17,9 @@ BACKENDS = {"torch": TorchNativeBackend}
 BACKENDS["triton"] = TritonBackend
 BACKENDS["cpu"] = CpuBackend
 # <<< ch20
+# >>> ch23
+BACKENDS["flashinfer"] = FlashInferBackend  # a peer's kernels; needs flashinfer-python, a GPU
+# <<< ch23
 
 
 def create_attn_backend(name: str, kv_cache: MHAKVCache, page_table: torch.Tensor,
