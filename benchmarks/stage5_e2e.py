@@ -2,7 +2,7 @@
 because MINISGL_DISABLE_FUSED_KERNELS is read once).
 
     python benchmarks/stage5_e2e.py capture DIR [--scale S]     the official workload, recorded
-    python benchmarks/stage5_e2e.py run {torch,default,apply} [--trace-set DIR] [--scale S]
+    python benchmarks/stage5_e2e.py run {torch,default,apply,flashinfer} [--trace-set DIR] [--scale S]
                                     [--repeat N]   (median of N runs, default 3)
     python benchmarks/stage5_e2e.py greedy {default,apply} OUT.json [--trace-set DIR]  (fp32)
     python benchmarks/stage5_e2e.py latency [--trace-set DIR]  batch-1 decode, ms per token
@@ -36,6 +36,8 @@ def build(mode: str, trace_set: str | None, **extra) -> LLM:
         kw["cuda_graph_max_bs"] = 0  # the torch backend cannot be captured
     if mode == "apply":
         kw["trace_set"] = trace_set
+    if mode == "flashinfer":  # the default engine on FlashInfer's attention (chapter 23)
+        kw["attention_backend"] = "flashinfer"
     return LLM(MODEL, **kw)
 
 

@@ -38,51 +38,13 @@ LOG=$RESULT/h200_peers_steps.txt
 OUT=$(mktemp -d /tmp/peers-steps.XXXXXX)  # gpu_steps.sh's step files, gathered into $LOG
 BUDGET_S=${BUDGET_S:-540}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]'
-PEERS=$ROOT/.cache/peers
-SITE=$ROOT/.cache/peers-site
+source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`
+source benchmarks/peers/flashinfer_site.sh  # PEERS, SITE, MODELS, pstep, the JIT build step
 OFFICIAL=$PEERS/mini-sglang
 OFFICIAL_BENCH=$OFFICIAL/benchmark/offline/bench.py
-MODELS=$ROOT/.cache/models
-source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`
-
-echo "+++ [$SECONDS s] unpacking .cache/peers"
 [ -f "$OFFICIAL_BENCH" ] || echo "WARNING: $OFFICIAL_BENCH is missing: run benchmarks/peers/prepare.sh here and carry .cache/peers"
-rm -rf "$SITE"
-mkdir -p "$SITE" "$MODELS"
-python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
-  "$PEERS"/flashinfer-*-slim.zip "$SITE"
-python -m pip install -q --no-index --no-deps --target "$SITE" "$PEERS"/apache_tvm_ffi-*.whl 2>&1 \
-  | grep -v -i warning
-[ -d "$MODELS/Qwen/Qwen3-0.6B" ] || tar xzf "$PEERS/qwen3-0.6b.tgz" -C "$MODELS"
 OFFICIAL_PATH="$OFFICIAL/python:$SITE"  # the official package first: it is called minisgl too
 OURS_PATH="$ROOT/python:$SITE"  # only for the kernel benchmark: our kernels and FlashInfer's
-
-# pstep NAME LIMIT_S COMMAND...: `step`, then its output appended to $LOG (which comes back)
-pstep() {
-  step "$@"
-  if [ -f "$OUT/$1.txt" ]; then
-    { echo "===== $1"; cat "$OUT/$1.txt"; } >> "$LOG"
-  fi
-}
-
-pstep flashinfer 240 env PYTHONPATH="$SITE" python -c 'import time; t = time.time()
-import flashinfer, torch, tvm_ffi
-print(f"flashinfer {flashinfer.__version__} apache-tvm-ffi {tvm_ffi.__version__} from {flashinfer.__file__}: imported in {time.time() - t:.1f} s", flush=True)
-from flashinfer.jit.activation import gen_act_and_mul_module
-from flashinfer.jit.attention.modules import gen_batch_decode_module, gen_batch_prefill_module
-from flashinfer.jit.core import build_jit_specs
-from flashinfer.jit.norm import gen_norm_module
-from flashinfer.jit.rope import gen_rope_module
-from flashinfer.jit.sampling import gen_sampling_module
-bf, i32 = torch.bfloat16, torch.int32
-# the arguments the wrappers pass for Qwen3-0.6B in bf16 (int32 indices, head dim 128, no RoPE
-# inside attention, no window, no soft cap); decode with tensor cores uses the prefill module
-specs = [gen_batch_decode_module(bf, bf, bf, i32, 128, 128, 0, False, False),
-         gen_batch_prefill_module("fa2", bf, bf, bf, i32, 128, 128, 0, False, False, False),
-         gen_norm_module(), gen_rope_module(), gen_act_and_mul_module("silu"), gen_sampling_module()]
-t = time.time()
-build_jit_specs(specs)
-print(f"built {len(specs)} FlashInfer JIT modules in {time.time() - t:.0f} s:", ", ".join(s.name for s in specs))'
 
 official_bench() {  # official_bench ROUND LIMIT_S
   pstep "official_bench_$1" "$2" env -C "$MODELS" PYTHONPATH="$OFFICIAL_PATH" \
