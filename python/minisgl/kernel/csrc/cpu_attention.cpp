@@ -8,6 +8,8 @@
 //   pass 1: scores s[g][j] = scale * q_g . k_j for the G query heads that share this KV head
 //   softmax over j in fp32 (the largest score subtracted first, as every softmax must)
 //   pass 2: out_g = sum_j p[g][j] * v_j / sum_j p[g][j]
+// Pass 1 on bf16 uses AVX-512 BF16's dot-product instruction where the build has it (-march=native
+// on such a CPU) and plain C++ that the compiler vectorises elsewhere.
 // Everything is accumulated in fp32; bf16 is converted on load and rounded to nearest-even on
 // store, as torch does. Pairs run in parallel with OpenMP (the same runtime torch's threads use:
 // the library is loaded into a process that has already loaded torch's libgomp).
@@ -18,7 +20,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define MINISGL_DPBF16 1  // built with -march=native on a CPU with AVX-512 BF16
+#endif
 
 namespace {
 
@@ -63,6 +71,82 @@ inline float exp_nonpositive(float x) {
     return p * scale;
 }
 
+// Pass 1, any element type and head size: s[g][j] = scale * q_g . k_j, each key converted to
+// fp32 once and used by all G query heads. qf and row are the caller's scratch space.
+template <typename T, int kDim>
+void scores_portable(const T* q, const T* k_cache, int64_t slot_stride, const int32_t* slots,
+                     int64_t len, int64_t h, int64_t groups, int64_t runtime_dim, float scale,
+                     float* qf, float* row, float* scores) {
+    const int64_t head_dim = kDim > 0 ? kDim : runtime_dim;
+    for (int64_t i = 0; i < groups * head_dim; ++i) qf[i] = load(q[i]) * scale;
+    for (int64_t j = 0; j < len; ++j) {
+        const T* key = k_cache + slots[j] * slot_stride + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) row[d] = load(key[d]);
+        for (int64_t g = 0; g < groups; ++g) {
+            const float* qg = &qf[g * head_dim];
+            float dot = 0.f;
+#pragma omp simd reduction(+ : dot)  // lets the compiler add in any order: vectorised
+            for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
+            scores[g * len + j] = dot;
+        }
+    }
+}
+
+#ifdef MINISGL_DPBF16
+// Lane i of the result is the sum of the 16 lanes of v[i]: sixteen horizontal sums in 45
+// instructions instead of sixteen separate reductions. Each level adds pairs of half-vectors:
+// first within 128-bit chunks (unpack), then the chunks (shuffle_f32x4).
+inline __m512 transpose_sum16(const __m512* v) {
+    __m512 a[8], b[4];
+    for (int i = 0; i < 8; ++i)  // chunk of a[i]: [x0+x2, y0+y2, x1+x3, y1+y3] for x, y = v[2i], v[2i+1]
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; ++i) {  // chunk c of b[i]: that chunk's sums of v[4i .. 4i+3]
+        const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    // chunks 0+1 and 2+3 of b[0], b[1] (then b[2], b[3]), then the two halves: chunk i = b[i]'s
+    const __m512 d01 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88),
+                                     _mm512_shuffle_f32x4(b[0], b[1], 0xDD));
+    const __m512 d23 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88),
+                                     _mm512_shuffle_f32x4(b[2], b[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d01, d23, 0x88),
+                         _mm512_shuffle_f32x4(d01, d23, 0xDD));
+}
+
+// Pass 1 for bf16 with AVX-512 BF16: vdpbf16ps multiplies 32 bf16 pairs and adds them into 16
+// fp32 lanes (products of two bf16 are exact in fp32), so a key of 128 is 4 instructions per
+// query head, with no conversion; 16 keys at a time are then reduced together. q stays unscaled
+// bf16 (scaling it first would round it again); the scores are scaled after.
+template <int kDim>
+void scores_dpbf16(const uint16_t* q, const uint16_t* k_cache, int64_t slot_stride,
+                   const int32_t* slots, int64_t len, int64_t h, int64_t groups, float scale,
+                   float* scores) {
+    constexpr int kChunks = kDim / 32;
+    const __m512 scaled = _mm512_set1_ps(scale);
+    for (int64_t g = 0; g < groups; ++g) {
+        __m512bh qg[kChunks];
+        for (int c = 0; c < kChunks; ++c)
+            qg[c] = (__m512bh)_mm512_loadu_si512(q + g * kDim + 32 * c);
+        for (int64_t j0 = 0; j0 < len; j0 += 16) {
+            const int n = static_cast<int>(std::min<int64_t>(16, len - j0));
+            __m512 part[16];
+            for (int jj = 0; jj < 16; ++jj) {
+                part[jj] = _mm512_setzero_ps();
+                if (jj >= n) continue;  // a short last block: zeros, not stored below
+                const uint16_t* key = k_cache + slots[j0 + jj] * slot_stride + h * kDim;
+                for (int c = 0; c < kChunks; ++c)
+                    part[jj] = _mm512_dpbf16_ps(
+                        part[jj], qg[c], (__m512bh)_mm512_loadu_si512(key + 32 * c));
+            }
+            const __m512 s = _mm512_mul_ps(transpose_sum16(part), scaled);
+            _mm512_mask_storeu_ps(scores + g * len + j0, static_cast<__mmask16>((1u << n) - 1), s);
+        }
+    }
+}
+#endif
+
 // kDim > 0: the head size known when compiling (the common 64 and 128), so that the inner loops
 // unroll completely; 0: any head size, read at run time. Returns how many (request, KV head)
 // pairs met a slot outside [0, num_slots): those are left unwritten.
@@ -92,20 +176,16 @@ int64_t decode_attention(const T* q, const T* k_cache, const T* v_cache, int64_t
                     continue;
                 }
                 const T* qb = q + (b * qo_heads + h * groups) * head_dim;
-                for (int64_t i = 0; i < groups * head_dim; ++i) qf[i] = load(qb[i]) * scale;
                 scores.resize(groups * len);
-                for (int64_t j = 0; j < len; ++j) {  // pass 1: every key once
-                    const T* key = k_cache + slots[j] * slot_stride + h * head_dim;
-                    // converted once, used by all G query heads
-                    for (int64_t d = 0; d < head_dim; ++d) row[d] = load(key[d]);
-                    for (int64_t g = 0; g < groups; ++g) {
-                        const float* qg = &qf[g * head_dim];
-                        float dot = 0.f;
-#pragma omp simd reduction(+ : dot)  // lets the compiler add in any order: vectorised
-                        for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
-                        scores[g * len + j] = dot;
-                    }
-                }
+#ifdef MINISGL_DPBF16
+                if constexpr (std::is_same_v<T, uint16_t> && kDim > 0 && kDim % 32 == 0)
+                    scores_dpbf16<kDim>(qb, k_cache, slot_stride, slots, len, h, groups, scale,
+                                        scores.data());
+                else
+#endif
+                    scores_portable<T, kDim>(qb, k_cache, slot_stride, slots, len, h, groups,
+                                             head_dim, scale, qf.data(), row.data(),
+                                             scores.data());
                 for (int64_t g = 0; g < groups; ++g) {  // softmax numerators, per query head
                     float* s = &scores[g * len];
                     const float top = *std::max_element(s, s + len);
