@@ -29,9 +29,10 @@ from minisgl.trace import solutions
 needs_flashinfer = pytest.mark.skipif(not fis.installed(), reason="needs flashinfer-python")
 
 
-def small_pool(device: str) -> tuple[MHAKVCache, torch.Tensor]:
+def small_pool(device: str, dtype: torch.dtype = torch.bfloat16
+               ) -> tuple[MHAKVCache, torch.Tensor]:
     config = KVPoolConfig(num_layers=1, num_kv_heads=2, head_dim=64, num_pages=8, page_size=1,
-                          dtype=torch.bfloat16, device=torch.device(device))
+                          dtype=dtype, device=torch.device(device))
     return MHAKVCache(config), torch.zeros(2, 8, dtype=torch.int32, device=device)
 
 
@@ -45,11 +46,15 @@ def test_the_backend_refuses_a_cpu_and_names_what_it_needs(monkeypatch) -> None:
 
 
 def test_no_flashinfer_no_solutions(monkeypatch) -> None:
+    registered = {i.op for impls in solutions.SOLUTIONS.values() for i in impls
+                  if i.suffix == "flashinfer"}
+    if fis.installed():
+        assert registered == {"attention", "rmsnorm", "fused_add_rmsnorm", "silu_and_mul"}
+        assert solutions.ATTENTION_BACKEND["flashinfer"] == "flashinfer"
+    else:  # this machine: nothing registered, the loop runs as before
+        assert registered == set()
     monkeypatch.setattr(fis, "installed", lambda: False)
     assert fis.flashinfer_impls() == []
-    if not fis.installed():  # this machine: nothing registered, the loop runs as before
-        assert not any(i.suffix == "flashinfer" for impls in solutions.SOLUTIONS.values()
-                       for i in impls)
 
 
 def test_attention_metadata_is_reused_only_for_the_same_tensors() -> None:
@@ -155,6 +160,7 @@ def test_engine_on_flashinfer_generates_the_torch_backends_tokens(qwen3_like) ->
     results = {}
     for backend in ("torch", "flashinfer"):
         sched = make_scheduler(qwen3_like, attention_backend=backend, device="cuda",
+                               dtype=torch.bfloat16,
                                cache_type="radix", page_size=1, num_pages=2048,
                                cuda_graph_max_bs=16)
         replays = count_replays(sched.engine.graph_runner)
@@ -165,3 +171,11 @@ def test_engine_on_flashinfer_generates_the_torch_backends_tokens(qwen3_like) ->
             assert sched.stats().decode_batches > len(replays)  # batches over 16 ran eagerly
         sched.shutdown()
     assert results["flashinfer"] == results["torch"]
+
+
+@pytest.mark.gpu
+@needs_flashinfer
+def test_the_backend_refuses_fp32() -> None:
+    pool, table = small_pool("cuda", torch.float32)  # FlashInfer has no fp32 kernels
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        create_attn_backend("flashinfer", pool, table, 4, 2)

@@ -65,6 +65,9 @@ class FlashInferBackend(BaseAttnBackend):
         if not page_table.is_cuda:
             raise ValueError("attention backend 'flashinfer' runs on a GPU only "
                              "(on a CPU use --attn auto, cpu or torch)")
+        if kv_cache.config.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError("attention backend 'flashinfer' needs a bfloat16 or float16 KV pool "
+                             f"(FlashInfer has no {kv_cache.config.dtype} kernels): --dtype auto")
         self.fi = flashinfer_module()
         self.device = page_table.device
         self.head_dim = kv_cache.config.head_dim
