@@ -25,6 +25,7 @@ from minisgl.engine.graph import graph_batch_sizes
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 from minisgl.trace import flashinfer_solutions as fis
 from minisgl.trace import solutions
+from minisgl.trace.prepared import MetadataCache
 
 needs_flashinfer = pytest.mark.skipif(not fis.installed(), reason="needs flashinfer-python")
 
@@ -54,11 +55,11 @@ def test_no_flashinfer_no_solutions(monkeypatch) -> None:
     else:  # this machine: nothing registered, the loop runs as before
         assert registered == set()
     monkeypatch.setattr(fis, "installed", lambda: False)
-    assert fis.flashinfer_impls() == []
+    assert fis.flashinfer_ops() == []
 
 
 def test_attention_metadata_is_reused_only_for_the_same_tensors() -> None:
-    cache, made = solutions.MetadataCache(), []
+    cache, made = MetadataCache(), []
     a, b = torch.tensor([0, 3]), torch.tensor([5, 6, 7])
 
     def make(tag: str):

@@ -15,17 +15,13 @@ returns new tensors, where FlashInfer's overwrites its inputs, so the inputs are
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Callable
 from importlib.util import find_spec
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .solutions import Impl, MetadataCache
-
-# solutions.py imports this module to register what it makes, so the imports from solutions.py
-# below are made when called, not when this module loads
+from .prepared import MetadataCache
 
 DESCRIPTION = "FlashInfer {version}: flashinfer.{name}"
 
@@ -59,14 +55,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return flashinfer.activation.silu_and_mul(x.contiguous())
 
 
-@cache
-def planned() -> MetadataCache:
-    """Planning is per batch in the engine, not per layer, so the benchmark should time run()
-    alone: a planned wrapper is kept for as long as the same input tensors come back."""
-    from .solutions import MetadataCache
-
-    return MetadataCache()
-
+_planned = MetadataCache()  # plan() is per batch in the engine: the benchmark times run() alone
 
 _workspace: dict[torch.device, torch.Tensor] = {}
 
@@ -75,7 +64,7 @@ def attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
               qo_indptr: torch.Tensor | None = None) -> torch.Tensor:
     """The Definition's paged signature (pages of one token, NHD) on FlashInfer's wrappers."""
-    wrapper = planned().get((q, k_cache, kv_indptr, kv_indices, qo_indptr),
+    wrapper = _planned.get((q, k_cache, kv_indptr, kv_indices, qo_indptr),
                            lambda: plan(q, k_cache, kv_indptr, kv_indices, sm_scale, qo_indptr))
     return wrapper.run(q, (k_cache, v_cache))
 
@@ -108,13 +97,12 @@ def plan(q: torch.Tensor, k_cache: torch.Tensor, kv_indptr: torch.Tensor,
     return wrapper
 
 
-def flashinfer_impls() -> list[Impl]:
-    """The solutions, or none where FlashInfer is not installed (every CPU CI machine)."""
+def flashinfer_ops() -> list[tuple[str, Callable, str]]:
+    """(op, solution, description) for each kernel; none where FlashInfer is not installed
+    (every CPU CI machine). solutions.py registers them."""
     if not installed():
         return []
     from importlib.metadata import PackageNotFoundError, version
-
-    from .solutions import Impl
 
     try:
         release = version("flashinfer-python")
@@ -127,5 +115,4 @@ def flashinfer_impls() -> list[Impl]:
             ("silu_and_mul", silu_and_mul, "activation.silu_and_mul"),
             ("attention", attention, "BatchDecode/BatchPrefillWithPagedKVCacheWrapper (fa2, "
              "pages of one token)")]
-    return [Impl(op, "flashinfer", "cuda", fn, DESCRIPTION.format(version=release, name=name),
-                 needs_cuda=True) for op, fn, name in made]
+    return [(op, fn, DESCRIPTION.format(version=release, name=name)) for op, fn, name in made]

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from minisgl import ops
 
+from .flashinfer_solutions import flashinfer_ops
 from .ops import OPS
+from .prepared import MetadataCache
 
 
 @dataclass(frozen=True)
@@ -99,22 +100,6 @@ def attention_torch(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-class MetadataCache:
-    """One entry: what an attention solution derived from its index tensors (a page table, a
-    FlashInfer plan), kept for as long as the same tensor objects come back. The engine prepares
-    that once per batch, not per layer, and the benchmark times one set of inputs over and over:
-    so it times the kernels, not the preparation."""
-
-    def __init__(self) -> None:
-        self.key: tuple = ()
-        self.value: Any = None
-
-    def get(self, tensors: tuple, make: Callable[[], Any]) -> Any:
-        if len(tensors) != len(self.key) or any(a is not b for a, b in zip(tensors, self.key)):
-            self.key, self.value = tensors, make()  # holds the tensors: no id is reused
-        return self.value
-
-
 _tables = MetadataCache()
 
 
@@ -165,10 +150,7 @@ register(Impl("attention", "triton", "triton", attention_triton, "paged decode/e
 
 ATTENTION_BACKEND = {"torch": "torch", "triton": "triton"}  # attention solution -> --attn name
 # >>> ch23
-# FlashInfer's kernels, where it is installed (imported here: that module needs Impl, above)
-from .flashinfer_solutions import flashinfer_impls  # noqa: E402
-
-for _impl in flashinfer_impls():
-    register(_impl)
+for _op, _fn, _what in flashinfer_ops():  # FlashInfer's kernels, where it is installed
+    register(Impl(_op, "flashinfer", "cuda", _fn, _what, needs_cuda=True))
 ATTENTION_BACKEND["flashinfer"] = "flashinfer"
 # <<< ch23
