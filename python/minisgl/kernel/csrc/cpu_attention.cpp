@@ -145,6 +145,58 @@ void scores_dpbf16(const uint16_t* q, const uint16_t* k_cache, int64_t slot_stri
         }
     }
 }
+
+// Pass 2 with the sums in registers: acc[g] += p[g][j] * v_j for G query heads at once. Written
+// generally, the G x D sums live in memory and every key loads and stores them all; with G and D
+// fixed at compile time they fit in the 32 vector registers (G * D / 16 of them) and each key
+// costs D / 16 loads of V and G * D / 16 multiply-adds. Returns false for shapes it does not
+// cover (the caller runs the general loop).
+inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
+inline __m512 load16(const uint16_t* x) {  // 16 bf16 -> 16 fp32: widen, shift into the top half
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))), 16));
+}
+
+template <typename T, int kDim, int kGroups>
+void values_fixed(const float* p, int64_t len, const T* v_cache, int64_t slot_stride,
+                  const int32_t* slots, int64_t h, float* acc) {
+    constexpr int kChunks = kDim / 16;
+    __m512 sum[kGroups][kChunks];
+    for (int g = 0; g < kGroups; ++g)
+        for (int c = 0; c < kChunks; ++c) sum[g][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < len; ++j) {
+        const T* value = v_cache + slots[j] * slot_stride + h * kDim;
+        __m512 row[kChunks];
+        for (int c = 0; c < kChunks; ++c) row[c] = load16(value + 16 * c);
+        for (int g = 0; g < kGroups; ++g) {
+            const __m512 weight = _mm512_set1_ps(p[g * len + j]);
+            for (int c = 0; c < kChunks; ++c)
+                sum[g][c] = _mm512_fmadd_ps(weight, row[c], sum[g][c]);
+        }
+    }
+    for (int g = 0; g < kGroups; ++g)
+        for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + g * kDim + 16 * c, sum[g][c]);
+}
+
+template <typename T, int kDim>
+bool values_in_registers(const float* p, int64_t len, const T* v_cache, int64_t slot_stride,
+                         const int32_t* slots, int64_t h, int64_t groups, float* acc) {
+    if constexpr (kDim == 0 || kDim % 16 != 0 || kDim > 128) {
+        return false;
+    } else {
+        // G * D / 16 sums (up to 16 registers) leave room for the V row and the weight
+        switch (kDim == 64 ? groups : groups + 100) {
+            case 1: values_fixed<T, kDim, 1>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            case 2: values_fixed<T, kDim, 2>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            case 3: values_fixed<T, kDim, 3>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            case 4: values_fixed<T, kDim, 4>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            case 101: values_fixed<T, kDim, 1>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            case 102: values_fixed<T, kDim, 2>(p, len, v_cache, slot_stride, slots, h, acc); break;
+            default: return false;
+        }
+        return true;
+    }
+}
 #endif
 
 // kDim > 0: the head size known when compiling (the common 64 and 128), so that the inner loops
@@ -197,14 +249,21 @@ int64_t decode_attention(const T* q, const T* k_cache, const T* v_cache, int64_t
                     }
                     total[g] = sum;
                 }
-                std::fill(acc.begin(), acc.end(), 0.f);
-                for (int64_t j = 0; j < len; ++j) {  // pass 2: every value once
-                    const T* value = v_cache + slots[j] * slot_stride + h * head_dim;
-                    for (int64_t d = 0; d < head_dim; ++d) row[d] = load(value[d]);
-                    for (int64_t g = 0; g < groups; ++g) {
-                        const float p = scores[g * len + j];
-                        float* a = &acc[g * head_dim];
-                        for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
+                bool summed = false;  // pass 2 done by the register version?
+#ifdef MINISGL_DPBF16
+                summed = values_in_registers<T, kDim>(scores.data(), len, v_cache, slot_stride,
+                                                      slots, h, groups, acc.data());
+#endif
+                if (!summed) {
+                    std::fill(acc.begin(), acc.end(), 0.f);
+                    for (int64_t j = 0; j < len; ++j) {  // pass 2: every value once
+                        const T* value = v_cache + slots[j] * slot_stride + h * head_dim;
+                        for (int64_t d = 0; d < head_dim; ++d) row[d] = load(value[d]);
+                        for (int64_t g = 0; g < groups; ++g) {
+                            const float p = scores[g * len + j];
+                            float* a = &acc[g * head_dim];
+                            for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
+                        }
                     }
                 }
                 T* ob = out + (b * qo_heads + h * groups) * head_dim;
