@@ -47,6 +47,20 @@ def flashinfer_module() -> Any:
     return flashinfer
 
 
+def decode_wrapper(fi: Any, workspace: torch.Tensor, num_qo_heads: int, num_kv_heads: int,
+                   **graph_buffers: torch.Tensor) -> Any:
+    """FlashInfer's paged decode over NHD pages; with graph_buffers (paged_kv_*_buffer) the
+    wrapper a CUDA graph can replay. Tensor cores pay off, FlashInfer advises, once 4 or more
+    query heads share a KV head (Qwen3-0.6B has 2, Qwen3-8B 4)."""
+    return fi.BatchDecodeWithPagedKVCacheWrapper(
+        workspace, "NHD", use_cuda_graph=bool(graph_buffers),
+        use_tensor_cores=num_qo_heads // num_kv_heads >= 4, backend=KERNELS, **graph_buffers)
+
+
+def prefill_wrapper(fi: Any, workspace: torch.Tensor) -> Any:
+    return fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=KERNELS)
+
+
 def pinned(values: list[int]) -> torch.Tensor:
     """A fresh page-locked int32 host tensor: plan() reads lengths on the host and copies from
     here to the GPU without making the CPU wait (a pageable source would)."""
@@ -72,14 +86,9 @@ class FlashInferBackend(BaseAttnBackend):
         self.device = page_table.device
         self.head_dim = kv_cache.config.head_dim
         self.dtype = kv_cache.config.dtype
-        # FlashInfer's advice: tensor cores pay off for decode once 4 or more query heads share
-        # a KV head (Qwen3-0.6B has 2, Qwen3-8B 4)
-        self.tensor_cores = num_qo_heads // num_kv_heads >= 4
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
-        self.decode = self.fi.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_tensor_cores=self.tensor_cores, backend=KERNELS)
-        self.prefill = self.fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD",
-                                                                   backend=KERNELS)
+        self.decode = decode_wrapper(self.fi, self.workspace, num_qo_heads, num_kv_heads)
+        self.prefill = prefill_wrapper(self.fi, self.workspace)
         self.graph_wrappers: dict[int, Any] = {}  # captured batch size -> its decode wrapper
         self.planned = torch.cuda.Event()
         self.planned.record()
@@ -148,11 +157,10 @@ class FlashInferBackend(BaseAttnBackend):
 
     def prepare_for_capture(self, batch: Batch) -> None:
         bs = batch.size
-        wrapper = self.fi.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
-            paged_kv_indptr_buffer=self.graph_indptr[:bs + 1],
-            paged_kv_indices_buffer=self.graph_indices,
-            paged_kv_last_page_len_buffer=self.graph_last_page_len[:bs], backend=KERNELS)
+        wrapper = decode_wrapper(self.fi, self.workspace, self.num_qo_heads, self.num_kv_heads,
+                                 paged_kv_indptr_buffer=self.graph_indptr[:bs + 1],
+                                 paged_kv_indices_buffer=self.graph_indices,
+                                 paged_kv_last_page_len_buffer=self.graph_last_page_len[:bs])
         self.graph_wrappers[bs] = wrapper
         self.plan_padded(wrapper, [], [], bs)
         batch.attn_metadata = FlashInferMetadata(wrapper)

@@ -73,7 +73,7 @@ def plan(q: torch.Tensor, k_cache: torch.Tensor, kv_indptr: torch.Tensor,
          kv_indices: torch.Tensor, sm_scale: float, qo_indptr: torch.Tensor | None) -> Any:
     import flashinfer
 
-    from minisgl.attention.flashinfer import KERNELS, WORKSPACE_BYTES
+    from minisgl.attention.flashinfer import WORKSPACE_BYTES, decode_wrapper, prefill_wrapper
 
     device = q.device
     if device not in _workspace:
@@ -86,12 +86,10 @@ def plan(q: torch.Tensor, k_cache: torch.Tensor, kv_indptr: torch.Tensor,
     common = {"num_qo_heads": heads, "num_kv_heads": kv_heads, "page_size": 1,
               "sm_scale": sm_scale, "q_data_type": q.dtype, "kv_data_type": k_cache.dtype}
     if qo_indptr is None:
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            _workspace[device], "NHD", use_tensor_cores=heads // kv_heads >= 4, backend=KERNELS)
+        wrapper = decode_wrapper(flashinfer, _workspace[device], heads, kv_heads)
         wrapper.plan(indptr, indices, last_page_len, head_dim=head_dim, **common)
     else:
-        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(_workspace[device], "NHD",
-                                                                 backend=KERNELS)
+        wrapper = prefill_wrapper(flashinfer, _workspace[device])
         wrapper.plan(qo_indptr.to("cpu", torch.int32), indptr, indices, last_page_len,
                      head_dim_qk=head_dim, causal=True, **common)
     return wrapper

@@ -9,7 +9,8 @@
 //   softmax over j in fp32 (the largest score subtracted first, as every softmax must)
 //   pass 2: out_g = sum_j p[g][j] * v_j / sum_j p[g][j]
 // Pass 1 on bf16 uses AVX-512 BF16's dot-product instruction where the build has it (-march=native
-// on such a CPU) and plain C++ that the compiler vectorises elsewhere.
+// on such a CPU), and pass 2 keeps its sums in AVX-512 registers; elsewhere both are plain C++
+// that the compiler vectorises.
 // Everything is accumulated in fp32; bf16 is converted on load and rounded to nearest-even on
 // store, as torch does. Pairs run in parallel with OpenMP (the same runtime torch's threads use:
 // the library is loaded into a process that has already loaded torch's libgomp).
@@ -23,9 +24,12 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__)  // built with -march=native on a CPU with AVX-512
 #include <immintrin.h>
-#define MINISGL_DPBF16 1  // built with -march=native on a CPU with AVX-512 BF16
+#define MINISGL_AVX512 1
+#if defined(__AVX512BF16__)  // ... and its bf16 dot product
+#define MINISGL_DPBF16 1
+#endif
 #endif
 
 namespace {
@@ -146,6 +150,9 @@ void scores_dpbf16(const uint16_t* q, const uint16_t* k_cache, int64_t slot_stri
     }
 }
 
+#endif  // MINISGL_DPBF16
+
+#ifdef MINISGL_AVX512
 // Pass 2 with the sums in registers: acc[g] += p[g][j] * v_j for G query heads at once. Written
 // generally, the G x D sums live in memory and every key loads and stores them all; with G and D
 // fixed at compile time they fit in the 32 vector registers (G * D / 16 of them) and each key
@@ -181,23 +188,21 @@ void values_fixed(const float* p, int64_t len, const T* v_cache, int64_t slot_st
 template <typename T, int kDim>
 bool values_in_registers(const float* p, int64_t len, const T* v_cache, int64_t slot_stride,
                          const int32_t* slots, int64_t h, int64_t groups, float* acc) {
-    if constexpr (kDim == 0 || kDim % 16 != 0 || kDim > 128) {
+    if constexpr (kDim == 0 || kDim % 16 != 0) {
         return false;
     } else {
-        // G * D / 16 sums (up to 16 registers) leave room for the V row and the weight
-        switch (kDim == 64 ? groups : groups + 100) {
+        if (groups * kDim > 256) return false;  // G * D / 16 sums: at most 16 of 32 registers
+        switch (groups) {
             case 1: values_fixed<T, kDim, 1>(p, len, v_cache, slot_stride, slots, h, acc); break;
             case 2: values_fixed<T, kDim, 2>(p, len, v_cache, slot_stride, slots, h, acc); break;
             case 3: values_fixed<T, kDim, 3>(p, len, v_cache, slot_stride, slots, h, acc); break;
             case 4: values_fixed<T, kDim, 4>(p, len, v_cache, slot_stride, slots, h, acc); break;
-            case 101: values_fixed<T, kDim, 1>(p, len, v_cache, slot_stride, slots, h, acc); break;
-            case 102: values_fixed<T, kDim, 2>(p, len, v_cache, slot_stride, slots, h, acc); break;
             default: return false;
         }
         return true;
     }
 }
-#endif
+#endif  // MINISGL_AVX512
 
 // kDim > 0: the head size known when compiling (the common 64 and 128), so that the inner loops
 // unroll completely; 0: any head size, read at run time. Returns how many (request, KV head)
@@ -250,7 +255,7 @@ int64_t decode_attention(const T* q, const T* k_cache, const T* v_cache, int64_t
                     total[g] = sum;
                 }
                 bool summed = false;  // pass 2 done by the register version?
-#ifdef MINISGL_DPBF16
+#ifdef MINISGL_AVX512
                 summed = values_in_registers<T, kDim>(scores.data(), len, v_cache, slot_stride,
                                                       slots, h, groups, acc.data());
 #endif
