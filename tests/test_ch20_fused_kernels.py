@@ -522,7 +522,7 @@ def fused_kernels_flag(monkeypatch):
 
 
 def test_a_gpu_tensor_takes_triton_unless_fused_kernels_are_disabled(fused_kernels_flag):
-    small = (ops.rms_norm, ops.fused_add_rms_norm, ops.silu_and_mul, ops.rope)
+    small = (ops.rms_norm, ops.fused_add_rms_norm, ops.silu_and_mul, ops.rope, ops.sample)
     gemvs = (ops.linear, ops.fused_add_rms_norm_linear, ops.silu_and_mul_linear)
     fused_kernels_flag(None)
     for op in small:

@@ -190,13 +190,17 @@ def get_global_ctx() -> Context | None:
 # >>> ch08
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TokenOutput:
     """What one scheduler step produced for one request: its new token, and whether it is done.
 
     The scheduler (chapter 8) hands these to LLM.generate or, as messages (chapter 12), to the
     detokenizer, which adds the text (UserReply) for the frontend. Every one carries the prompt
     length, so a frontend that stops reading early still knows the usage counts.
+
+    Not frozen: the scheduler makes one per running request per step, and a frozen dataclass
+    sets each field through object.__setattr__, which made this constructor about 3x slower
+    (4.2 against 1.4 us on the 2-core VM: a millisecond per step at batch 256).
     """
 
     uid: int

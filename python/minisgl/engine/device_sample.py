@@ -36,35 +36,8 @@ import torch
 
 from minisgl import ops
 from minisgl.core import SamplingParams
-from minisgl.ops.sampling import inverse_cdf_sample
+from minisgl.ops.sampling import fold_seed, inverse_cdf_sample, uniform_from  # noqa: F401
 from minisgl.utils.transfer import to_device
-
-MASK32 = 0xFFFFFFFF
-
-
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (xorshift-multiply rounds) of int64 values in [0, 2**32).
-
-    Both multipliers are below 2**31, so no product leaves the int64 range."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x2C1B3C6D) & MASK32
-    return x ^ (x >> 16)
-
-
-def fold_seed(seed: int) -> int:
-    """Any Python int -> the 32-bit key the hash takes (all 64 low bits count)."""
-    seed &= (1 << 64) - 1
-    return (seed ^ (seed >> 32)) & MASK32
-
-
-def uniform_from(seed32: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-    """One fp32 number in [0, 1) per row from (seed, position); int64 tensors of the same shape."""
-    x = _mix32(_mix32(seed32) ^ (position & MASK32))
-    x = _mix32(x ^ 0x9E3779B9)
-    return (x >> 8).float() * (1.0 / (1 << 24))  # 24 bits: exactly representable, below 1
-
 
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor,
                     presence: torch.Tensor, frequency: torch.Tensor, repetition: torch.Tensor
@@ -102,7 +75,8 @@ class DeviceSampler:
         # A request without a seed gets one from (engine seed, uid): runs with the same engine
         # seed repeat, and a retracted request keeps its random stream when it comes back.
         self.engine_seed = seed if seed is not None else random.SystemRandom().getrandbits(63)
-        self.temperature = torch.ones(num_rows, dtype=torch.float32, device=device)
+        # 0 for a greedy row (ops.sample takes the argmax there)
+        self.temperature = torch.zeros(num_rows, dtype=torch.float32, device=device)
         self.top_k = torch.full((num_rows,), -1, dtype=torch.int64, device=device)
         self.top_p = torch.ones(num_rows, dtype=torch.float32, device=device)
         self.seed32 = torch.zeros(num_rows, dtype=torch.int64, device=device)
@@ -128,7 +102,8 @@ class DeviceSampler:
                  for p, uid in zip(params, uids)]
         greedy = [p.is_greedy for p in params]
         index = to_device(rows, torch.int64, self.device)
-        self.temperature[index] = to_device([p.temperature or 1.0 for p in params],
+        self.temperature[index] = to_device([0.0 if g else p.temperature
+                                             for p, g in zip(params, greedy)],
                                             torch.float32, self.device)
         self.top_k[index] = to_device([p.top_k for p in params], torch.int64, self.device)
         self.top_p[index] = to_device([p.top_p for p in params], torch.float32, self.device)
@@ -183,30 +158,30 @@ class DeviceSampler:
         """Next tokens [B] (int64) for logits [B, V] of the requests in page-table rows `rows`
         (rows_host: the same rows on the CPU); positions [B]: where each new token will sit in
         its sequence, the counter of its random number."""
-        logits = logits.float()
         penalized = bool(self.penalized_host[rows_host].any())
         if penalized:
             assert self.counts is not None and self.in_prompt is not None
-            logits = apply_penalties(logits, self.counts[rows], self.in_prompt[rows],
+            logits = apply_penalties(logits.float(), self.counts[rows], self.in_prompt[rows],
                                      self.presence[rows], self.frequency[rows],
                                      self.repetition[rows])
-        greedy = logits.argmax(dim=-1)
         if bool(self.greedy_host[rows_host].all()):
-            tokens = greedy
-        else:
-            tokens = self._draw(logits, greedy, rows_host, rows, positions)
+            tokens = logits.argmax(dim=-1)
+        elif bool(self.filtered_host[rows_host].any()):
+            tokens = self._draw_filtered(logits.float(), rows, positions)
+        else:  # temperature only: one op (one kernel on a GPU) from the raw logits
+            tokens = ops.sample(logits, self.temperature[rows], self.seed32[rows], positions)
         if penalized:  # count the new tokens, on the device (rows of a batch are distinct)
             self.counts[rows, tokens] += 1
         return tokens
 
-    def _draw(self, logits: torch.Tensor, greedy: torch.Tensor, rows_host: torch.Tensor,
-              rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        scaled = logits / self.temperature[rows].unsqueeze(1)
+    def _draw_filtered(self, logits: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor
+                       ) -> torch.Tensor:
+        """A batch where some rows cut their distribution to a top-k / top-p set."""
+        greedy = logits.argmax(dim=-1)
+        temperature = self.temperature[rows]
+        scaled = logits / torch.where(temperature > 0, temperature, 1.0).unsqueeze(1)
         u = uniform_from(self.seed32[rows], positions)
-        if bool(self.filtered_host[rows_host].any()):
-            sampled = ops.top_k_top_p_sampling(scaled, self.top_k[rows], self.top_p[rows], u)
-        else:
-            sampled = inverse_cdf_sample(scaled.softmax(dim=-1), u, fallback=greedy)
+        sampled = ops.top_k_top_p_sampling(scaled, self.top_k[rows], self.top_p[rows], u)
         return torch.where(self.greedy[rows], greedy, sampled)
 
     def logprobs(self, logits: torch.Tensor, rows_host: torch.Tensor, tokens: torch.Tensor

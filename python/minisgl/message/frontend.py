@@ -10,7 +10,7 @@ from .codec import message
 
 
 @message
-@dataclass(frozen=True)
+@dataclass
 class UserReply(TokenOutput):
     """A scheduler step's output for one request, plus the text its token completes (a token
     can end in the middle of a character, so the text may lag a token behind)."""

@@ -17,7 +17,7 @@ from .norm import fused_add_rms_norm, rms_norm
 from .rope import rope
 from .kv import embedding, store_kv
 from .attention import attention
-from .sampling import top_k_top_p_sampling
+from .sampling import sample, top_k_top_p_sampling
 from .moe import moe
 from . import cuda_impls  # adds the CUDA kernels to store_kv and embedding
 from .fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear

@@ -3,7 +3,9 @@ that draws one token per row from what is left (chapter 16).
 
 Chapter 4's Sampler (engine/sample.py) filters and then draws with torch.multinomial. The sampler
 of engine/device_sample.py draws one uniform number per row from a counter-based hash and picks
-the token by inverse CDF; rows with a top-k or top-p cut go through the op here.
+the token by inverse CDF; rows with a top-k or top-p cut go through `top_k_top_p_sampling`, the
+others through `sample`, which takes the raw logits, each row's temperature and the counters of
+its random number, so that a GPU can do all of it in one kernel (chapter 20).
 """
 
 from __future__ import annotations
@@ -36,6 +38,33 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.T
 
 
 # >>> ch16
+MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xorshift-multiply rounds) of int64 values in [0, 2**32).
+
+    Both multipliers are below 2**31, so no product leaves the int64 range."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & MASK32
+    return x ^ (x >> 16)
+
+
+def fold_seed(seed: int) -> int:
+    """Any Python int -> the 32-bit key the hash takes (all 64 low bits count)."""
+    seed &= (1 << 64) - 1
+    return (seed ^ (seed >> 32)) & MASK32
+
+
+def uniform_from(seed32: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """One fp32 number in [0, 1) per row from (seed, position); int64 tensors of the same shape."""
+    x = _mix32(_mix32(seed32) ^ (position & MASK32))
+    x = _mix32(x ^ 0x9E3779B9)
+    return (x >> 8).float() * (1.0 / (1 << 24))  # 24 bits: exactly representable, below 1
+
+
 def inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor
                        ) -> torch.Tensor:
     """The first token whose cumulative probability exceeds u * total, per row.
@@ -59,5 +88,21 @@ def top_k_top_p_sampling_torch(logits: torch.Tensor, top_k: torch.Tensor, top_p:
     return inverse_cdf_sample(filtered.softmax(dim=-1), u, fallback=logits.argmax(dim=-1))
 
 
+def sample_torch(logits: torch.Tensor, temperature: torch.Tensor, seed32: torch.Tensor,
+                 positions: torch.Tensor) -> torch.Tensor:
+    """Tokens [B] int64 from raw logits [B, V] (any float dtype): row b is greedy (the argmax)
+    where temperature[b] == 0, else drawn by inverse CDF from softmax(logits / temperature) with
+    the uniform number of (seed32[b], positions[b]). temperature [B] fp32, seed32 and positions
+    [B] int64."""
+    logits = logits.float()
+    greedy = logits.argmax(dim=-1)
+    hot = temperature > 0
+    scaled = logits / torch.where(hot, temperature, 1.0).unsqueeze(1)
+    drawn = inverse_cdf_sample(scaled.softmax(dim=-1), uniform_from(seed32, positions),
+                               fallback=greedy)
+    return torch.where(hot, drawn, greedy)
+
+
 top_k_top_p_sampling = Op("sampling", top_k_top_p_sampling_torch)
+sample = Op("sample", sample_torch)
 # <<< ch16

@@ -1,5 +1,5 @@
 """The Triton kernels of chapter 20 (minisgl.kernel.triton) as faster implementations of the
-small ops of a decoder layer and of its one-token projections.
+small ops of a decoder layer, of its one-token projections and of the sampler (one draw per row).
 
 They take GPU tensors; the GEMVs only one contiguous token [1, K] (a batch-1 decode step, where
 cuBLAS's kernels for one row leave much of the memory bandwidth unused). They are available
@@ -24,6 +24,7 @@ from .linear import linear
 from .norm import fused_add_rms_norm, rms_norm
 from .registry import Impl
 from .rope import rope
+from .sampling import sample
 
 
 @cache
@@ -57,6 +58,11 @@ def silu_and_mul_triton(x: torch.Tensor) -> torch.Tensor:
     return kernels().silu_and_mul(x)
 
 
+def sample_triton(logits: torch.Tensor, temperature: torch.Tensor, seed32: torch.Tensor,
+                  positions: torch.Tensor) -> torch.Tensor:
+    return kernels().sample(logits, temperature, seed32, positions)
+
+
 def rope_triton(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return kernels().qk_norm_rope(*args)  # the q/k norm too, in the same kernel
 
@@ -79,7 +85,8 @@ def silu_and_mul_linear_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.
 
 
 for _op, _fn in [(rms_norm, rms_norm_triton), (fused_add_rms_norm, fused_add_rms_norm_triton),
-                 (silu_and_mul, silu_and_mul_triton), (rope, rope_triton)]:
+                 (silu_and_mul, silu_and_mul_triton), (rope, rope_triton),
+                 (sample, sample_triton)]:
     _op.add(Impl("triton", _fn, available=fused_kernels_on))
 for _op, _fn in [(linear, linear_gemv),
                  (fused_add_rms_norm_linear, fused_add_rms_norm_linear_gemv),

@@ -32,7 +32,9 @@ class DecodeManager:
     def allocate_next_slots(self) -> bool:
         """Give every running request a KV slot for its next token; False if the pool ran out
         (the scheduler then decides who gives way, and calls this again)."""
-        return all(self.cache.allocate(r, len(r.input_ids)) for r in self.running)
+        # Most steps need no new page (one in page_size does): skip the call for those.
+        return all(len(r.input_ids) <= r.alloc_len or self.cache.allocate(r, len(r.input_ids))
+                   for r in self.running)
 
     def batch(self) -> Batch | None:
         """The decode batch: each running request computes its last token."""

@@ -249,19 +249,24 @@ class Scheduler:
         else:
             self._counts.decode_batches += 1
         output = self.engine.forward_batch(batch)
+        # This loop and the one in _process run for every request at every step: at batch 256
+        # they are most of the host's work per step, so they read each attribute once.
+        prefill = batch.is_prefill
         token_index = []
         for req in batch.reqs:
+            ids = req.input_ids
+            n = len(ids)
             req.cached_len += req.extend_len
             req.extend_len = 0
-            if req.cached_len < len(req.input_ids):
+            if req.cached_len < n:
                 token_index.append(-1)  # a chunk of a longer prompt
                 continue
-            token_index.append(len(req.input_ids))
-            req.input_ids.append(NOT_READ)
-            done = len(req.output_ids) >= req.sampling_params.max_tokens
-            if batch.is_prefill and not done:
+            token_index.append(n)
+            ids.append(NOT_READ)
+            done = n + 1 - req.prompt_len >= req.sampling_params.max_tokens  # outputs so far
+            if prefill and not done:
                 self.decode.add(req)  # its first decode step may be the very next one
-            elif not batch.is_prefill and done:
+            elif not prefill and done:
                 self.decode.remove(req)  # finished by length: known before its token is read
         return LaunchedStep(batch, output, token_index)
 
@@ -302,12 +307,20 @@ class Scheduler:
         tokens = done.output.tolist()
         logprobs = done.output.logprob_lists()
         stale, self._finished_in_flight = self._finished_in_flight, set()
+        eos = self.eos_token_ids
+        prefill = done.batch.is_prefill
         outputs = []
         for req, token, at, lp in zip(done.batch.reqs, tokens, done.token_index, logprobs):
-            if at < 0 or req in stale:
+            if at < 0 or (stale and req in stale):
                 continue  # a prompt chunk, or an extra token after the request finished
             req.input_ids[at] = token
-            reason = self._finish_reason(req, token, at)
+            params = req.sampling_params
+            if token in eos and not params.ignore_eos:
+                reason: str | None = "stop"
+            elif at + 1 - req.prompt_len >= params.max_tokens:
+                reason = "length"
+            else:
+                reason = None
             chosen, top_ids, top_logprobs = lp if lp is not None else (None, None, None)
             outputs.append(TokenOutput(uid=req.uid, token=token, finished=reason is not None,
                                        finish_reason=reason, prompt_tokens=req.prompt_len,
@@ -315,7 +328,7 @@ class Scheduler:
                                        top_ids=top_ids, top_logprobs=top_logprobs))
             if reason is not None:
                 self._retire(req, at)
-            elif done.batch.is_prefill:
+            elif prefill:
                 self.cache.release(req, finished=False)  # share the prompt with later requests
         for req in stale:
             self._free(req)
@@ -331,13 +344,6 @@ class Scheduler:
             self._finished_in_flight.add(req)
         else:
             self._free(req)
-
-    def _finish_reason(self, req: Req, token: int, at: int) -> str | None:
-        if token in self.eos_token_ids and not req.sampling_params.ignore_eos:
-            return "stop"
-        if at + 1 - req.prompt_len >= req.sampling_params.max_tokens:
-            return "length"
-        return None
 
     def _free(self, req: Req) -> None:
         self.cache.release(req, finished=True)

@@ -1,7 +1,7 @@
 """Triton kernels: the fused Mixture-of-Experts (chapter 18, in fused_moe.py, imported where it
 is used); paged decode and extend attention, and the fused small kernels of a decoder layer
-(RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul, the one-token GEMV)
-(chapter 20).
+(RMSNorm with the residual add, q/k norm + RoPE, SiLU-and-mul, the one-token GEMV) and the
+sampler's draw (chapter 20).
 
 Without a CUDA device the kernels run under Triton's interpreter, which executes each program in
 Python on CPU tensors: slow, but it checks the kernels' logic in CI on a CPU-only machine.
@@ -41,8 +41,10 @@ from .extend_attention import extend_attention  # noqa: E402
 from .gemv import gemv, gemv_rmsnorm, gemv_silu_and_mul  # noqa: E402
 from .qk_norm_rope import qk_norm_rope  # noqa: E402
 from .rmsnorm import fused_add_rms_norm, rms_norm  # noqa: E402
+from .sampling import sample  # noqa: E402
 
 __all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_splits",
            "decode_attention", "extend_attention", "fused_add_rms_norm", "gemv", "gemv_rmsnorm",
-           "gemv_silu_and_mul", "max_num_splits", "qk_norm_rope", "rms_norm", "silu_and_mul"]
+           "gemv_silu_and_mul", "max_num_splits", "qk_norm_rope", "rms_norm", "sample",
+           "silu_and_mul"]
 # <<< ch20
