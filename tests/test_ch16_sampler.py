@@ -13,12 +13,8 @@ import torch
 from test_ch04_sampling import _reference_keep_set
 
 from minisgl.core import SamplingParams
-from minisgl.engine.device_sample import (
-    DeviceSampler,
-    fold_seed,
-    inverse_cdf_sample,
-    uniform_from,
-)
+from minisgl.engine.device_sample import DeviceSampler
+from minisgl.ops.sampling import fold_seed, inverse_cdf_sample, uniform_from
 
 CPU = torch.device("cpu")
 

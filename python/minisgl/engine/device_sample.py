@@ -36,8 +36,9 @@ import torch
 
 from minisgl import ops
 from minisgl.core import SamplingParams
-from minisgl.ops.sampling import fold_seed, inverse_cdf_sample, uniform_from  # noqa: F401
+from minisgl.ops.sampling import fold_seed, uniform_from
 from minisgl.utils.transfer import to_device
+
 
 def apply_penalties(logits: torch.Tensor, counts: torch.Tensor, in_prompt: torch.Tensor,
                     presence: torch.Tensor, frequency: torch.Tensor, repetition: torch.Tensor
