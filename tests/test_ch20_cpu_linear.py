@@ -32,6 +32,8 @@ def test_packed_linear_matches_f_linear_fp32(rows: int, bias: bool) -> None:
     torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not cpu_impls.packs(torch.bfloat16),
+                    reason="oneDNN multiplies bf16 only with AVX-512 BW/VL/DQ or AVX-NE-CONVERT")
 def test_packed_linear_bf16_and_strided_and_3d_inputs() -> None:
     w = fresh(64, 48, dtype=torch.bfloat16, seed=1)
     packed = cpu_impls.pack_weight(w)
@@ -39,6 +41,25 @@ def test_packed_linear_bf16_and_strided_and_3d_inputs() -> None:
     torch.testing.assert_close(ops.linear(x, packed), F.linear(x, w), rtol=1e-2, atol=1e-2)
     x3 = fresh(2, 3, 48, dtype=torch.bfloat16, seed=3)
     assert ops.linear(x3, packed).shape == (2, 3, 64)
+
+
+def test_bf16_stays_plain_where_onednn_cannot_multiply_it(monkeypatch) -> None:
+    """On a CPU without the instructions oneDNN's bf16 path needs, torch raises at packing time:
+    the engine must leave those weights plain and still compute the layer."""
+    monkeypatch.setattr(cpu_impls, "packs", lambda dtype: dtype == torch.float32)
+    w = fresh(24, 16, dtype=torch.bfloat16, seed=12)
+    assert not cpu_impls.can_pack(w) and cpu_impls.can_pack(w.float())
+    x = fresh(3, 16, dtype=torch.bfloat16, seed=13)
+    assert ops.linear.kind_for(x, w) == "torch"
+    torch.testing.assert_close(ops.linear(x, w), F.linear(x, w))
+
+
+def test_the_probe_agrees_with_torch() -> None:
+    """`packs` asks oneDNN itself; torch's own check of the bf16 instructions must agree."""
+    assert cpu_impls.packs(torch.float32)
+    assert not cpu_impls.packs(torch.float16)
+    if hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"):
+        assert cpu_impls.packs(torch.bfloat16) == torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def test_packed_linear_refuses_a_dtype_mismatch() -> None:

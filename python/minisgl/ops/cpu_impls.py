@@ -7,11 +7,12 @@ memory at about 30 GB/s (measured: benchmarks/results/cpu_linear_packing.txt). o
 library torch ships, does better when the weight is first reordered into its own blocked layout:
 the same 30 layers of SmolLM2 take about 26 ms instead of 44 in fp32, and 17 ms in bf16.
 
-So the engine packs each linear weight once after loading (layers/linear.py: pack_linears) and
+So the engine packs each linear weight once after loading (layers/cpu_pack.py: pack_linears) and
 the `linear` op runs packed weights here. A packed weight is an opaque oneDNN tensor (its layout
 is not rows and columns): only this implementation can use it, so it takes every call whose
 weight is packed, and nothing else. The packing is switched off by MINISGL_DISABLE_ONEDNN=1, and
 whenever a trace watches the ops (chapter 21): a trace replays calls with the torch reference.
+A bf16 weight stays plain on a CPU whose oneDNN cannot multiply bf16 (`packs` asks it once).
 """
 
 from __future__ import annotations
@@ -40,9 +41,23 @@ def onednn_available() -> bool:
             and not load_env().disable_onednn)
 
 
+@cache
+def packs(dtype: torch.dtype) -> bool:
+    """oneDNN packs and multiplies weights of this dtype on this CPU. fp32 works everywhere; bf16
+    needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT on x86, and without them torch raises instead of
+    falling back. One tiny weight, packed and used once, tells (the answer is kept)."""
+    if dtype not in PACKABLE or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return False
+    try:
+        linear_onednn(torch.ones(1, 2, dtype=dtype), pack_weight(torch.ones(2, 2, dtype=dtype)))
+    except RuntimeError:
+        return False
+    return True
+
+
 def can_pack(weight: torch.Tensor) -> bool:
-    return (weight.device.type == "cpu" and weight.dim() == 2 and weight.dtype in PACKABLE
-            and not weight.is_mkldnn and onednn_available())
+    return (weight.device.type == "cpu" and weight.dim() == 2 and not weight.is_mkldnn
+            and onednn_available() and packs(weight.dtype))
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
