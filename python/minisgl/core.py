@@ -105,6 +105,9 @@ class Req:
     alloc_len: int = 0  # positions [0, alloc_len) have a slot in the page table row
     cache_handle: object | None = None  # the prefix-cache node this request keeps locked
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache at admission
+    # >>> ch24
+    spec_verify_ct: int = 0  # speculative steps that verified guesses for it (SGLang's name)
+    # <<< ch24
 
     def __post_init__(self) -> None:
         if self.prompt_len < 0:
@@ -218,3 +221,8 @@ class TokenOutput:
     top_ids: list[int] | None = None
     top_logprobs: list[float] | None = None
 # <<< ch16
+# >>> ch24
+    # Speculative decoding (chapter 24): how many verification steps the request has had, so
+    # that completion_tokens / spec_verify_ct is its mean acceptance length (SGLang's meta_info).
+    spec_verify_ct: int = 0
+# <<< ch24

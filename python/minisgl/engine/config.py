@@ -66,6 +66,11 @@ class EngineConfig:
     # >>> ch22
     trace_set: str | None = None  # apply the fastest verified solutions of this set (ch. 22)
     # <<< ch22
+    # >>> ch24
+    # KV bytes per token that another pool of the same number of pages needs (a draft model's,
+    # chapter 24): the pool size from memory_ratio / cpu_kv_bytes leaves room for it.
+    extra_kv_bytes_per_token: int = 0
+    # <<< ch24
 
     def __post_init__(self) -> None:
         if self.page_size < 1:

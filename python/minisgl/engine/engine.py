@@ -77,7 +77,9 @@ def _pinned_copy(t: torch.Tensor) -> torch.Tensor:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, page_table: torch.Tensor | None = None) -> None:
+        """page_table: another engine's table to use instead of a new one (a draft model's
+        engine shares its target's, chapter 24); its pool must then have as many pages."""
         # >>> ch21
         if config.trace_dir and hook.installed is None:
             # The trace sits above the engine: whoever builds it starts the session first.
@@ -120,6 +122,10 @@ class Engine:
         # page_table[row, position] = KV pool slot of that token (one row per running request)
         self.page_table = torch.zeros(config.max_running_reqs, self.max_seq_len,
                                       dtype=torch.int32, device=self.device)
+        # >>> ch24
+        if page_table is not None:
+            self.page_table = page_table
+        # <<< ch24
         self.attn_backend = create_attn_backend(config.attention_backend, self.kv_cache,
                                                 self.page_table, self.num_qo_heads,
                                                 self.num_kv_heads)
@@ -158,7 +164,11 @@ class Engine:
             budget = int(free * self.config.memory_ratio)
         else:
             budget = self.config.cpu_kv_bytes
-        pages = budget // (self._kv_bytes_per_token() * self.page_size)
+        per_token = self._kv_bytes_per_token()
+        # >>> ch24
+        per_token += self.config.extra_kv_bytes_per_token  # a draft model's pool beside ours
+        # <<< ch24
+        pages = budget // (per_token * self.page_size)
         pages = min_over_ranks(pages)  # every rank must hold the same pages for the same tokens
         if pages < 1:
             raise RuntimeError("not enough memory for a single KV page")
@@ -199,6 +209,17 @@ class Engine:
             return self.model.forward(batch.input_ids, batch.positions,
                                       output_indices=last)
 
+    # >>> ch24
+    @torch.inference_mode()
+    def forward_logits(self, batch: Batch, indices: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [len(indices), V] fp32 of the batch's tokens at `indices` (None: every new
+        token), without sampling: speculative decoding (chapter 24) decides from them itself."""
+        set_global_ctx(self.ctx)
+        if indices is None:
+            indices = torch.arange(len(batch.input_ids), device=self.device)
+        return self._logits(batch, indices)
+
+    # <<< ch24
     def _last_token_indices(self, batch: Batch) -> torch.Tensor:
         """Where each request's last new token sits in the batch's flat token list."""
         if not batch.is_prefill:

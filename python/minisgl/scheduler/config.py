@@ -9,6 +9,10 @@ from minisgl.kvcache import PREFIX_CACHE_KINDS
 
 GPU_PREFILL_LENGTH = 8192
 CPU_PREFILL_LENGTH = 512
+# >>> ch24
+SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE")  # SGLang's names (chapter 24)
+MAX_DRAFT_TOKENS = 16
+# <<< ch24
 
 
 @dataclass
@@ -18,6 +22,13 @@ class SchedulerConfig(EngineConfig):
     # engine), 512 on a CPU, where one 512-token chunk late in an 8k prompt already takes
     # seconds and every running request waits for it (docs/chapters/ch09.md has the figures).
     max_prefill_length: int | None = None
+    # >>> ch24
+    # Speculative decoding (chapter 24): None (off), "NGRAM" (guesses from the request's own
+    # tokens) or "STANDALONE" (a small draft model with the same tokenizer).
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None  # STANDALONE only
+    speculative_num_draft_tokens: int = 4  # guesses per request and step (k)
+    # <<< ch24
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -29,3 +40,27 @@ class SchedulerConfig(EngineConfig):
                              f"got {self.cache_type!r}")
         if self.max_prefill_length < 1:
             raise ValueError(f"max_prefill_length must be >= 1, got {self.max_prefill_length}")
+        # >>> ch24
+        self._check_speculative()
+
+    def _check_speculative(self) -> None:
+        if isinstance(self.speculative_algorithm, str):
+            self.speculative_algorithm = self.speculative_algorithm.upper()
+        algo = self.speculative_algorithm
+        if algo is None:
+            if self.speculative_draft_model_path is not None:
+                raise ValueError("speculative_draft_model_path needs speculative_algorithm "
+                                 "STANDALONE")
+            return
+        if algo not in SPECULATIVE_ALGORITHMS:
+            raise ValueError(f"speculative_algorithm must be one of "
+                             f"{', '.join(SPECULATIVE_ALGORITHMS)} (or None), got {algo!r}")
+        if (algo == "STANDALONE") != (self.speculative_draft_model_path is not None):
+            raise ValueError("speculative_algorithm STANDALONE needs "
+                             "speculative_draft_model_path, and only it takes one")
+        if not 1 <= self.speculative_num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"speculative_num_draft_tokens must be in [1, {MAX_DRAFT_TOKENS}], "
+                             f"got {self.speculative_num_draft_tokens}")
+        if self.tp_size > 1:
+            raise ValueError("speculative decoding runs on one GPU or the CPU (tp_size 1)")
+        # <<< ch24

@@ -31,6 +31,7 @@ from minisgl.core import MIN_TEMPERATURE, Batch, Req, SamplingParams, TokenOutpu
 from minisgl.engine.engine import Engine, ForwardOutput
 from minisgl.env import load_env
 from minisgl.kvcache import create_prefix_cache
+from minisgl.speculative import SpeculativeSettings, build_speculator, with_room_for_draft
 from minisgl.utils import init_logger
 from minisgl.utils.transfer import to_device
 
@@ -70,11 +71,24 @@ class SchedulerStats:
     request_pages: int = 0  # held by live requests
     running_requests: int = 0
     waiting_requests: int = 0
+    # >>> ch24
+    # Speculative decoding: requests verified (one per request per step), guesses verified,
+    # and of those accepted; mean acceptance length = 1 + accepted / verified requests.
+    spec_verify_reqs: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    # <<< ch24
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
+        # >>> ch24
+        spec = SpeculativeSettings(config.speculative_algorithm,
+                                   config.speculative_draft_model_path,
+                                   config.speculative_num_draft_tokens)
+        config = with_room_for_draft(config, spec)  # a draft model's pool shares the KV budget
+        # <<< ch24
         self.engine = Engine(config)
         self.eos_token_ids = self.engine.model_config.eos_token_ids
         self.table = TableManager(config.max_running_reqs)
@@ -84,6 +98,13 @@ class Scheduler:
         self.prefill = PrefillManager(self.cache, self.table)
         self.decode = DecodeManager(self.cache)
         self.overlap = not load_env().disable_overlap_scheduling
+        # >>> ch24
+        self.spec = build_speculator(config, spec, self.engine, self.cache)
+        if self.spec is not None:
+            # A speculative step must know its tokens before the next step can guess: it runs
+            # one step at a time (overlap scheduling off), as SGLang's first versions did.
+            self.overlap = False
+        # <<< ch24
         self._in_flight: LaunchedStep | None = None
         # Requests that finished while the step in flight still computes them: their memory is
         # freed when that step's tokens come back.
@@ -167,7 +188,13 @@ class Scheduler:
 
     def step(self) -> list[TokenOutput]:
         """Launch the next step, then process the previous one (overlap) or this one."""
-        launched = self._launch(self._schedule())
+        batch = self._schedule()
+        # >>> ch24
+        if self.spec is not None and batch is not None and not batch.is_prefill:
+            outputs, self._early_outputs = self._early_outputs + self._speculate(batch), []
+            return outputs
+        # <<< ch24
+        launched = self._launch(batch)
         if self.overlap:  # step N runs on the GPU while the host reads step N-1
             done, self._in_flight = self._in_flight, launched
         else:
@@ -346,10 +373,53 @@ class Scheduler:
             self._free(req)
 
     def _free(self, req: Req) -> None:
+        # >>> ch24
+        if self.spec is not None:
+            self.spec.forget(req)  # the draft model's record of the request's K/V
+        # <<< ch24
         self.cache.release(req, finished=True)
         self.table.free(req.table_idx)
         req.table_idx = -1
 
+    # >>> ch24
+    def _speculate(self, batch: Batch) -> list[TokenOutput]:
+        """A decode step with guesses (speculative/): each request gets 1 to k+1 tokens, which
+        go out as one TokenOutput each, as if plain steps had made them."""
+        self._counts.decode_batches += 1
+        result = self.spec.step(batch.reqs)
+        self._counts.spec_verify_reqs += batch.size
+        self._counts.spec_draft_tokens += result.drafted
+        self._counts.spec_accepted_tokens += result.accepted
+        eos = self.eos_token_ids
+        outputs = []
+        for req, new, kept, lp in zip(batch.reqs, result.tokens, result.per_request_accepted,
+                                      result.logprobs):
+            # The verification computed K/V for the last token and the kept guesses.
+            computed = len(req.input_ids) + kept
+            req.spec_verify_ct += 1
+            params = req.sampling_params
+            reason: str | None = None
+            for token in new:
+                req.input_ids.append(token)
+                if token in eos and not params.ignore_eos:
+                    reason = "stop"
+                elif len(req.input_ids) - req.prompt_len >= params.max_tokens:
+                    reason = "length"
+                chosen, top_ids, top_logprobs = lp if lp is not None else (None, None, None)
+                outputs.append(TokenOutput(
+                    uid=req.uid, token=token, finished=reason is not None,
+                    finish_reason=reason, prompt_tokens=req.prompt_len,
+                    cached_tokens=req.cached_tokens, logprob=chosen, top_ids=top_ids,
+                    top_logprobs=top_logprobs, spec_verify_ct=req.spec_verify_ct))
+                if reason is not None:
+                    break
+            # K/V exist for every token but the newest; fewer when a stop cut the tokens short
+            req.cached_len, req.extend_len = min(computed, len(req.input_ids)), 0
+            if reason is not None:
+                self._retire(req, len(req.input_ids) - 1)
+        return outputs
+
+    # <<< ch24
     def check_integrity(self) -> None:
         """Every page is free, cached, or held by one live request; requests that finished by
         length in the step in flight hold theirs until it is read."""

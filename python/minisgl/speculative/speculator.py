@@ -16,13 +16,13 @@ engine's sampler, exactly as without speculation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from minisgl.core import Req
 from minisgl.engine.engine import Engine
 from minisgl.ops.sampling import fold_seed, top_k_top_p_filter, uniform_from
-from minisgl.scheduler.cache import CacheManager
 from minisgl.utils.transfer import to_device
 
 from .accept import accept_greedy, accepted_lengths, draw_last
@@ -46,9 +46,15 @@ class StepResult:
     per_request_accepted: list[int] = field(default_factory=list)
 
 
+class SlotAllocator(Protocol):
+    """What a step needs of the scheduler's CacheManager: KV slots for a request's guesses."""
+
+    def allocate(self, req: Req, upto: int) -> bool: ...
+
+
 class Speculator:
     def __init__(self, algorithm: str, num_draft_tokens: int, target: Engine,
-                 cache: CacheManager, draft: DraftModel | None = None) -> None:
+                 cache: SlotAllocator, draft: DraftModel | None = None) -> None:
         self.algorithm = algorithm
         self.k = num_draft_tokens
         self.target = target
