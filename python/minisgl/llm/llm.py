@@ -102,7 +102,9 @@ class LLM:
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[dict[str, Any]]:
         """One result per prompt, in order: {"text", "token_ids", "finish_reason",
-        "cached_tokens"}, plus "error" for a request that could not run."""
+        "cached_tokens"}, plus "error" for a request that could not run and, with speculative
+        decoding, "spec_verify_ct" (its speculative steps: len(token_ids) / it is the mean
+        number of tokens a step gave it)."""
         params = sampling_params or SamplingParams()
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
@@ -150,6 +152,10 @@ class LLM:
                   "cached_tokens": out.cached_tokens}
         if out.error is not None:
             result["error"] = out.error
+        # >>> ch24
+        if out.spec_verify_ct:  # speculative decoding: steps that verified its guesses
+            result["spec_verify_ct"] = out.spec_verify_ct
+        # <<< ch24
         return result
 
     def shutdown(self) -> None:

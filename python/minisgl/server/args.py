@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from minisgl.attention import BACKENDS
 from minisgl.engine.config import DTYPES, default_device, resolve_dtype
 from minisgl.kvcache import PREFIX_CACHE_KINDS
 from minisgl.scheduler import SchedulerConfig
+from minisgl.scheduler.config import SPECULATIVE_ALGORITHMS
 from minisgl.utils.hf import default_model, resolve_model
 
 from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
@@ -134,6 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace-set", default=None,
                    help="a benchmarked trace set: run each op with its fastest verified solution")
     # <<< ch22
+    # >>> ch24
+    p.add_argument("--speculative-algorithm", default=None, type=str.upper,
+                   choices=list(SPECULATIVE_ALGORITHMS),
+                   help="speculative decoding: NGRAM guesses from the request's own tokens, "
+                        "STANDALONE from a draft model (None: off)")
+    p.add_argument("--speculative-draft-model-path", default=None,
+                   help="the STANDALONE draft model (a folder or HF id; the target's tokenizer)")
+    p.add_argument("--speculative-num-draft-tokens", type=int,
+                   default=ServerArgs.speculative_num_draft_tokens,
+                   help="tokens guessed per request and step")
+    # <<< ch24
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
                         "size on a CPU)")
@@ -198,6 +211,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
     else:
         name, path = ns.model, resolve_model(ns.model, dummy_weight=ns.dummy_weight)
     device = ns.device or default_device()
+    # >>> ch24
+    draft = ns.speculative_draft_model_path
+    if draft is not None and not (Path(draft).expanduser() / "config.json").is_file():
+        # found now, as --model is (a folder with a config.json needs no tokenizer of its own)
+        ns.speculative_draft_model_path = str(resolve_model(draft, dummy_weight=ns.dummy_weight))
+    # <<< ch24
     try:
         args = ServerArgs(
             model_path=str(path), model_name=name, dtype=resolve_dtype(ns.dtype, device),
@@ -216,6 +235,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             # >>> ch22
             trace_set=ns.trace_set,
             # <<< ch22
+            # >>> ch24
+            speculative_algorithm=ns.speculative_algorithm,
+            speculative_draft_model_path=ns.speculative_draft_model_path,
+            speculative_num_draft_tokens=ns.speculative_num_draft_tokens,
+            # <<< ch24
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,
         )

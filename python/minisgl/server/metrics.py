@@ -17,6 +17,12 @@ written for vLLM needs only the prefix changed (SGLang's own names are given whe
     minisgl:time_to_first_token_seconds   histogram  arrival at the API server -> first token
     minisgl:inter_token_latency_seconds   histogram  between two tokens of one request
     minisgl:e2e_request_latency_seconds   histogram  arrival -> last token
+    minisgl:spec_decode_num_drafts_total  counter    speculative decoding (chapter 24): requests
+                                                     verified, one per request and step
+    minisgl:spec_decode_num_draft_tokens_total    counter  guesses verified
+    minisgl:spec_decode_num_accepted_tokens_total counter  ... and accepted
+    minisgl:spec_accept_length            gauge      mean tokens per request and step since the
+                                                     start, 1 + accepted / drafts (SGLang's name)
 
 Every series carries the label model_name. Times are taken here, in the API server, when a
 reply reaches it: they include tokenizing, the queue and detokenizing, which is what a client
@@ -85,8 +91,40 @@ class SchedulerGauges(Collector):
         if s:
             family.add_metric(labels, s.get("retracted", 0))
         yield family
+        # >>> ch24
+        yield from self._speculative(s, labels)
+
+    def _speculative(self, s: dict[str, int], labels: list[str]) -> Iterator[Metric]:
+        """vLLM's spec_decode counters and SGLang's accept-length gauge (chapter 24); empty
+        families on a server without speculative decoding."""
+        counters = {"spec_decode_num_drafts": ("Requests verified by speculative steps.",
+                                               "spec_verify_reqs"),
+                    "spec_decode_num_draft_tokens": ("Guessed tokens verified.",
+                                                     "spec_draft_tokens"),
+                    "spec_decode_num_accepted_tokens": ("Guessed tokens accepted.",
+                                                        "spec_accepted_tokens")}
+        drafts = s.get("spec_verify_reqs", 0)
+        for name, (doc, key) in counters.items():
+            family = CounterMetricFamily(PREFIX + name, doc, labels=["model_name"])
+            if drafts:
+                family.add_metric(labels, s.get(key, 0))
+            yield family
+        family = GaugeMetricFamily(PREFIX + "spec_accept_length", "Mean tokens per request "
+                                   "and speculative step.", labels=["model_name"])
+        if drafts:
+            family.add_metric(labels, accept_length(s))
+        yield family
+        # <<< ch24
 
 
+# >>> ch24
+def accept_length(stats: dict[str, int]) -> float:
+    """Tokens a speculative step gave each request on average: its accepted guesses + 1."""
+    drafts = stats.get("spec_verify_reqs", 0)
+    return 1 + stats.get("spec_accepted_tokens", 0) / drafts if drafts else 0.0
+
+
+# <<< ch24
 def kv_usage(stats: dict[str, int]) -> float:
     total = stats.get("total_pages", 0)
     return stats.get("request_pages", 0) / total if total else 0.0
@@ -195,6 +233,11 @@ def busy_line(generated: int, prompted: int, seconds: float, stats: dict[str, in
     if not stats:
         return line + "; the scheduler did not answer"
     total = stats.get("total_pages", 0) or 1
-    return (f"{line}; running {stats.get('running_requests', 0)}, waiting "
+    line = (f"{line}; running {stats.get('running_requests', 0)}, waiting "
             f"{stats.get('waiting_requests', 0)}; KV {100 * kv_usage(stats):.1f}% in use, "
             f"{100 * stats.get('cached_pages', 0) / total:.1f}% cached")
+    # >>> ch24
+    if stats.get("spec_verify_reqs", 0):
+        line += f"; accept length {accept_length(stats):.2f}"
+    # <<< ch24
+    return line

@@ -36,6 +36,9 @@ class Piece:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of token_ids, when asked
+    # >>> ch24
+    spec_verify_ct: int = 0  # speculative steps of the request so far (chapter 24)
+    # <<< ch24
 
 
 async def pieces(stream: RequestStream, stops: list[str], request: Request,
@@ -56,6 +59,9 @@ async def pieces(stream: RequestStream, stops: list[str], request: Request,
             reason = "stop" if checker.stopped else reply.finish_reason
             counts = {"prompt_tokens": reply.prompt_tokens, "cached_tokens": reply.cached_tokens,
                       "logprobs": logprobs}
+            # >>> ch24
+            counts["spec_verify_ct"] = reply.spec_verify_ct
+            # <<< ch24
             if reason is None and not reply.finished:
                 if await request.is_disconnected():
                     logger.info("request %d: the client left; aborting", stream.uid)

@@ -85,5 +85,11 @@ def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:
         reason = {"type": piece.finish_reason}
         if piece.finish_reason == "length":
             reason["length"] = completion_tokens
-    return {"id": rid, "finish_reason": reason, "prompt_tokens": piece.prompt_tokens,
+    info = {"id": rid, "finish_reason": reason, "prompt_tokens": piece.prompt_tokens,
             "completion_tokens": completion_tokens, "cached_tokens": piece.cached_tokens}
+    # >>> ch24
+    if piece.spec_verify_ct:  # SGLang's fields under speculative decoding
+        info["spec_verify_ct"] = piece.spec_verify_ct
+        info["spec_accept_length"] = completion_tokens / piece.spec_verify_ct
+    # <<< ch24
+    return info

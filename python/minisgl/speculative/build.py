@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from minisgl.core import set_global_ctx
@@ -35,8 +36,13 @@ class SpeculativeSettings:
     num_draft_tokens: int
 
     def draft_path(self, dummy_weight: bool) -> str | None:
+        """The draft's local folder. It needs no tokenizer files of its own (it shares the
+        target's), so a folder with a config.json is taken as it is."""
         if self.algorithm != "STANDALONE" or self.draft_model_path is None:
             return None
+        folder = Path(self.draft_model_path).expanduser()
+        if (folder / "config.json").is_file():
+            return str(folder)
         return str(resolve_model(self.draft_model_path, dummy_weight=dummy_weight))
 
 
