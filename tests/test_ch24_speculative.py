@@ -335,7 +335,8 @@ def test_the_server_speculates_and_reports_it(smollm2_dir, smollm2_runs):
 
     server = RunningServer(["--model", str(smollm2_dir), "--speculative-algorithm", "ngram",
                             "--speculative-num-draft-tokens", "3", "--num-pages", "2048",
-                            "--max-seq-len", "512", "--log-interval", "0.05"])
+                            "--max-seq-len", "512", "--log-interval", "0.05",
+                            "--dtype", "float32", "--device", DEVICE])
     try:
         plain = smollm2_runs[0]["plain"][1]
         status, body = server.post("/generate", {"text": PROMPTS[1], "sampling_params": {

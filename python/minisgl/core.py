@@ -105,9 +105,6 @@ class Req:
     alloc_len: int = 0  # positions [0, alloc_len) have a slot in the page table row
     cache_handle: object | None = None  # the prefix-cache node this request keeps locked
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache at admission
-    # >>> ch24
-    spec_verify_ct: int = 0  # speculative steps that verified guesses for it (SGLang's name)
-    # <<< ch24
 
     def __post_init__(self) -> None:
         if self.prompt_len < 0:

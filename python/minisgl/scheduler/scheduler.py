@@ -104,6 +104,7 @@ class Scheduler:
             # A speculative step must know its tokens before the next step can guess: it runs
             # one step at a time (overlap scheduling off), as SGLang's first versions did.
             self.overlap = False
+        self._verify_ct: dict[int, int] = {}  # uid -> speculative steps it has had
         # <<< ch24
         self._in_flight: LaunchedStep | None = None
         # Requests that finished while the step in flight still computes them: their memory is
@@ -179,6 +180,10 @@ class Scheduler:
         req = self.prefill.abort(uid) or self.decode.abort(uid)
         if req is None:
             return None
+        # >>> ch24
+        if self.spec is not None:
+            self._verify_ct.pop(uid, None)
+        # <<< ch24
         # A token the drain just read for it is not sent: the request ends with this abort.
         self._early_outputs = [out for out in self._early_outputs if out.uid != uid]
         if req.table_idx >= 0:
@@ -396,7 +401,7 @@ class Scheduler:
                                       result.logprobs):
             # The verification computed K/V for the last token and the kept guesses.
             computed = len(req.input_ids) + kept
-            req.spec_verify_ct += 1
+            verify_ct = self._verify_ct[req.uid] = self._verify_ct.get(req.uid, 0) + 1
             params = req.sampling_params
             reason: str | None = None
             for token in new:
@@ -410,12 +415,13 @@ class Scheduler:
                     uid=req.uid, token=token, finished=reason is not None,
                     finish_reason=reason, prompt_tokens=req.prompt_len,
                     cached_tokens=req.cached_tokens, logprob=chosen, top_ids=top_ids,
-                    top_logprobs=top_logprobs, spec_verify_ct=req.spec_verify_ct))
+                    top_logprobs=top_logprobs, spec_verify_ct=verify_ct))
                 if reason is not None:
                     break
             # K/V exist for every token but the newest; fewer when a stop cut the tokens short
             req.cached_len, req.extend_len = min(computed, len(req.input_ids)), 0
             if reason is not None:
+                del self._verify_ct[req.uid]
                 self._retire(req, len(req.input_ids) - 1)
         return outputs
 
