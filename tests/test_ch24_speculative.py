@@ -26,7 +26,9 @@ from test_ch16_overlap import VOCAB, Script, play, random_prompts
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.speculative.accept import accept_greedy, accepted_lengths, draw_last
+from minisgl.speculative.batches import make_batch
 from minisgl.speculative.ngram import propose_ngram
+from minisgl.speculative.verify_graph import VerifyGraphs
 from minisgl.utils.misc import MinisglError
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -241,6 +243,60 @@ def test_the_first_speculative_step_samples_the_targets_distribution(tiny_qwen3,
     assert chi2 < CHI2_999[len(bins) - 2], (chi2, bins)
 
 
+class HandReplay:
+    """Stands for a captured graph: replaying runs the recorded forward pass eagerly over the
+    same static buffers (capture needs a GPU; everything around it runs on a CPU)."""
+
+    def __init__(self, graphs: VerifyGraphs, bs: int) -> None:
+        self.graphs, self.bs = graphs, bs
+
+    def replay(self) -> None:
+        self.graphs._forward_padded(self.bs)
+
+
+def test_verification_rows_padded_for_a_graph_give_the_eager_logits(tiny_qwen3, monkeypatch):
+    """The buffers a verification graph replays (Triton attention, under Triton's interpreter on
+    a CPU): three requests with 1, 2 and 3 new tokens in rows of q = 3, one padding row; every
+    real token's logits equal the eager extend's, and padding writes only the scratch slot."""
+    sched = make(tiny_qwen3, monkeypatch, None, attention_backend="triton", page_size=1,
+                 num_pages=512, max_prefill_length=512)
+    engine = sched.engine
+    prompts = patterned_prompts(3, 7)
+    for prompt in prompts:
+        sched.add_request(prompt, SamplingParams(max_tokens=8, ignore_eos=True))
+    sched.step()  # the prefill: every request is running, its last token without K/V
+    reqs = list(sched.decode.running)
+    assert len(reqs) == 3
+    rng = random.Random()
+    tokens = [[req.input_ids[-1]] + [rng.randrange(VOCAB) for _ in range(n)]
+              for req, n in zip(reqs, (0, 1, 2))]
+    for req, new in zip(reqs, tokens):
+        req.cached_len, req.extend_len = len(req.input_ids) - 1, len(new)
+        assert sched.cache.allocate(req, req.cached_len + len(new))
+    engine.graph_runner.sizes = [1, 2, 4]  # the decode ladder a GPU would have captured
+    engine.graph_runner.scratch_slot = engine.num_pages * engine.page_size
+    graphs = VerifyGraphs(engine, 3)
+    graphs.graphs = {bs: HandReplay(graphs, bs) for bs in graphs.sizes}
+    assert graphs.can_run(reqs, tokens)
+    k_before = engine.kv_cache.k_cache(0).clone()
+    graphed = graphs.run(reqs, tokens).clone()
+    # bit patterns, not values: slots nobody wrote may hold NaN, which is never equal to itself
+    changed = engine.kv_cache.k_cache(0).view(torch.int32) != k_before.view(torch.int32)
+    written = changed.flatten(1).any(dim=1).nonzero()
+    slots = {int(engine.page_table[r.table_idx, r.cached_len + j])
+             for r, new in zip(reqs, tokens) for j in range(len(new))}
+    assert set(written.flatten().tolist()) <= slots | {graphs.scratch_slot}
+    assert graphs.scratch_slot in set(written.flatten().tolist())  # the padding's K/V
+
+    eager = engine.forward_logits(make_batch(engine, reqs, tokens), None)
+    at = 0
+    for i, new in enumerate(tokens):
+        torch.testing.assert_close(graphed[i * 3 : i * 3 + len(new)], eager[at : at + len(new)],
+                                   atol=1e-4, rtol=1e-4)
+        at += len(new)
+    sched.shutdown()
+
+
 # ----------------------------------------------------------------------------- settings
 
 
@@ -351,14 +407,13 @@ def test_the_server_speculates_and_reports_it(smollm2_dir, smollm2_runs):
             "messages": [{"role": "user", "content": "Count: one, two, three, four,"}]})
         assert status == 200 and chat["usage"]["completion_tokens"] == 8, chat
         status, metrics = server.get("/metrics")
-        lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
-                 if line.startswith("minisgl:spec")}
-        drafts = lines['minisgl:spec_decode_num_drafts_total{model_name="%s"}'
-                       % server.model_name]
-        accepted = lines['minisgl:spec_decode_num_accepted_tokens_total{model_name="%s"}'
-                         % server.model_name]
+        label = f'{{model_name="{server.model_name}"}}'
+        lines = {line.split(" ")[0].removesuffix(label): float(line.split(" ")[1])
+                 for line in metrics.splitlines() if line.startswith("minisgl:spec")}
+        drafts = lines["minisgl:spec_decode_num_drafts_total"]
+        accepted = lines["minisgl:spec_decode_num_accepted_tokens_total"]
         assert drafts > 0 and accepted > 0
-        assert lines['minisgl:spec_accept_length{model_name="%s"}' % server.model_name] == \
+        assert lines["minisgl:spec_accept_length"] == \
             pytest.approx(1 + accepted / drafts)
     finally:
         assert server.stop() == 0

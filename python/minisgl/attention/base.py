@@ -61,3 +61,8 @@ class BaseAttnBackend(ABC):
         padding rows up to padded_size that attend over nothing."""
         raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
     # <<< ch15
+    # >>> ch24
+
+    # Speculative decoding (chapter 24) records its verification too: q new tokens per row.
+    supports_verify_graph = False
+    # <<< ch24

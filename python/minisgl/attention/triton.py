@@ -92,6 +92,34 @@ class TritonBackend(BaseAttnBackend):
         # left by an earlier, larger batch would make them attend over its keys for no use.
         self.graph_kv_lens[n:padded_size].zero_()
 
+    # >>> ch24
+    # Speculative verification (chapter 24): q new tokens in every row, so the extend kernel's
+    # query offsets are fixed (0, q, 2q, ...) and its grid is (rows, q / BLOCK_M, heads); each
+    # row's page-table row and length live in static buffers. A padding row attends over the
+    # first q positions of row 0 (read, never written: its K/V go to the scratch slot).
+    supports_verify_graph = True
+
+    def init_verify_buffers(self, max_bs: int, q: int) -> None:
+        device = self.page_table.device
+        self.verify_table_idx = torch.zeros(max_bs, dtype=torch.int32, device=device)
+        self.verify_kv_lens = torch.full((max_bs,), q, dtype=torch.int32, device=device)
+        self.verify_cu_q_lens = torch.arange(0, (max_bs + 1) * q, q, dtype=torch.int32,
+                                             device=device)
+
+    def prepare_for_verify_capture(self, batch: Batch, q: int) -> None:
+        bs = batch.size
+        batch.attn_metadata = TritonAttnMetadata(self.verify_table_idx[:bs],
+                                                 self.verify_kv_lens[:bs],
+                                                 self.verify_cu_q_lens[: bs + 1], q, 1)
+
+    def prepare_for_verify_replay(self, batch: Batch, padded_size: int, q: int) -> None:
+        n = batch.size
+        copy_to_device(self.verify_table_idx[:n], [r.table_idx for r in batch.reqs])
+        copy_to_device(self.verify_kv_lens[:n], [r.cached_len + q for r in batch.reqs])
+        self.verify_table_idx[n:padded_size].zero_()
+        self.verify_kv_lens[n:padded_size].fill_(q)
+
+    # <<< ch24
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)

@@ -24,6 +24,11 @@ from minisgl.core import Req
 from minisgl.engine.engine import Engine
 
 from .batches import last_indices, make_batch, view
+from .verify_graph import VerifyGraphs
+
+# Tokens a steady-state catch-up brings per request: the target's own token, and the last guess
+# when every guess was kept (it was never fed back to the draft).
+CATCH_UP_TOKENS = 2
 
 
 @dataclass
@@ -38,6 +43,8 @@ class Pending:
 class DraftModel:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.catch_up = VerifyGraphs(engine, CATCH_UP_TOKENS)  # no graphs on a CPU
+        self.catch_up.capture()
         self.cached: dict[int, int] = {}  # uid -> leading tokens whose draft K/V are valid
         self._pending: dict[int, Pending] = {}
 
@@ -55,8 +62,7 @@ class DraftModel:
             views.append(view(req, seen, len(req.input_ids) - seen))
             new.append(req.input_ids[seen:])
             self._pending[req.uid] = Pending(len(req.input_ids), limits[i])
-        guesses = self._greedy(make_batch(self.engine, views, new), last_indices(new,
-                                                                                self.engine.device))
+        guesses = self._catch_up(views, new)
         for i, token in zip(active, guesses):
             out[i].append(token)
         # 2. decode: feed each guess back while a request wants more
@@ -70,6 +76,16 @@ class DraftModel:
             for i, token in zip(active, guesses):
                 out[i].append(token)
         return out
+
+    def _catch_up(self, views: list[Req], new: list[list[int]]) -> list[int]:
+        """The draft's greedy token after each request's new tokens (computing their K/V)."""
+        graphs = self.catch_up
+        if graphs.can_run(views, new):
+            logits = graphs.run(views, new)
+            last = [i * graphs.q + len(n) - 1 for i, n in enumerate(new)]
+            return logits[torch.tensor(last, device=logits.device)].argmax(dim=-1).tolist()
+        return self._greedy(make_batch(self.engine, views, new),
+                            last_indices(new, self.engine.device))
 
     def _greedy(self, batch, indices: torch.Tensor | None) -> list[int]:
         if indices is None:  # a decode batch: one row per request

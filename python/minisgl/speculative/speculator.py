@@ -29,6 +29,7 @@ from .accept import accept_greedy, accepted_lengths, draw_last
 from .batches import make_batch
 from .draft import DraftModel
 from .ngram import propose_ngram
+from .verify_graph import VerifyGraphs
 
 # The acceptance test of a guess draws its own uniform number, independent of the one that
 # draws a token at the same position: the request's seed is mixed with this before hashing.
@@ -60,6 +61,8 @@ class Speculator:
         self.target = target
         self.cache = cache
         self.draft = draft
+        self.graphs = VerifyGraphs(target, num_draft_tokens + 1)  # none on a CPU
+        self.graphs.capture()
 
     def step(self, reqs: list[Req]) -> StepResult:
         """Guess, verify and accept for the running requests. Each request's last token has no
@@ -100,12 +103,15 @@ class Speculator:
         tokens = [[req.input_ids[-1], *g] for req, g in zip(reqs, guesses)]
         for req, new in zip(reqs, tokens):
             req.cached_len, req.extend_len = len(req.input_ids) - 1, len(new)
-        batch = make_batch(target, reqs, tokens)
-        logits = target.forward_logits(batch, None)  # [sum of (k_i + 1), V]
-        starts, at = [], 0
-        for new in tokens:
-            starts.append(at)
-            at += len(new)
+        if self.graphs.can_run(reqs, tokens):  # a CUDA graph: request i's rows from i * q
+            logits = self.graphs.run(reqs, tokens)
+            starts = [i * self.graphs.q for i in range(len(reqs))]
+        else:
+            logits = target.forward_logits(make_batch(target, reqs, tokens), None)
+            starts, at = [], 0  # [sum of (k_i + 1), V]: request i's rows from starts[i]
+            for new in tokens:
+                starts.append(at)
+                at += len(new)
         result = StepResult([[] for _ in reqs], [None] * len(reqs),
                             per_request_accepted=[0] * len(reqs))
         greedy_host = target.sampler.greedy_host
