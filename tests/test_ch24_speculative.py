@@ -15,8 +15,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import shutil
 
 import pytest
 import torch
@@ -326,6 +328,22 @@ def test_a_draft_with_another_vocabulary_is_refused(tiny_qwen3, smollm2_dir, mon
                              speculative_draft_model_path=str(smollm2_dir))
     with pytest.raises(MinisglError, match="must share the tokenizer"):
         Scheduler(config)
+
+
+def test_a_missing_draft_or_one_with_a_shorter_context_is_refused(tiny_qwen3, tmp_path,
+                                                                  monkeypatch):
+    with pytest.raises(MinisglError, match="does not exist"):
+        make(tiny_qwen3, monkeypatch, "STANDALONE",
+             speculative_draft_model_path=str(tmp_path / "no-such-draft"))
+    short = tmp_path / "short"
+    shutil.copytree(tiny_qwen3, short)
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = 64
+    (short / "config.json").write_text(json.dumps(config))
+    with pytest.raises(MinisglError, match="handles 64 positions"):
+        make(tiny_qwen3, monkeypatch, "STANDALONE", speculative_draft_model_path=str(short))
+    make(tiny_qwen3, monkeypatch, "STANDALONE", speculative_draft_model_path=str(short),
+         max_seq_len=64).shutdown()  # a context the draft can follow is fine
 
 
 def test_the_draft_pool_shares_the_kv_budget(tiny_qwen3, monkeypatch):
