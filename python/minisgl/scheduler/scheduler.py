@@ -84,9 +84,10 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         # >>> ch24
-        spec = SpeculativeSettings(config.speculative_algorithm,
-                                   config.speculative_draft_model_path,
-                                   config.speculative_num_draft_tokens)
+        spec = SpeculativeSettings.resolve(config.speculative_algorithm,
+                                           config.speculative_draft_model_path,
+                                           config.speculative_num_draft_tokens,
+                                           config.dummy_weight)
         config = with_room_for_draft(config, spec)  # a draft model's pool shares the KV budget
         # <<< ch24
         self.engine = Engine(config)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,6 +17,7 @@ from minisgl.engine.config import DTYPES, default_device, resolve_dtype
 from minisgl.kvcache import PREFIX_CACHE_KINDS
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.config import SPECULATIVE_ALGORITHMS
+from minisgl.speculative import resolve_draft
 from minisgl.utils.hf import default_model, resolve_model
 
 from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
@@ -212,10 +212,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
         name, path = ns.model, resolve_model(ns.model, dummy_weight=ns.dummy_weight)
     device = ns.device or default_device()
     # >>> ch24
-    draft = ns.speculative_draft_model_path
-    if draft is not None and not (Path(draft).expanduser() / "config.json").is_file():
-        # found now, as --model is (a folder with a config.json needs no tokenizer of its own)
-        ns.speculative_draft_model_path = str(resolve_model(draft, dummy_weight=ns.dummy_weight))
+    if ns.speculative_draft_model_path is not None:  # found now, as --model is
+        ns.speculative_draft_model_path = resolve_draft(ns.speculative_draft_model_path,
+                                                        ns.dummy_weight)
     # <<< ch24
     try:
         args = ServerArgs(

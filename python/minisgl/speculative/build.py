@@ -27,28 +27,37 @@ logger = init_logger(__name__)
 C = TypeVar("C", bound=EngineConfig)
 
 
+def resolve_draft(name_or_path: str, dummy_weight: bool) -> str:
+    """The draft's local folder. It needs no tokenizer files of its own (it shares the
+    target's), so a folder with a config.json is taken as it is; anything else is looked up
+    like a model (utils/hf.py), with the same errors."""
+    folder = Path(name_or_path).expanduser()
+    if (folder / "config.json").is_file():
+        return str(folder)
+    return str(resolve_model(name_or_path, dummy_weight=dummy_weight))
+
+
 @dataclass(frozen=True)
 class SpeculativeSettings:
-    """The scheduler's speculative_* settings (scheduler/config.py checks them)."""
+    """The scheduler's speculative_* settings (scheduler/config.py checks them), with the draft
+    found once."""
 
     algorithm: str | None  # None, "NGRAM" or "STANDALONE"
-    draft_model_path: str | None
+    draft_path: str | None  # STANDALONE: the draft's local folder
     num_draft_tokens: int
 
-    def draft_path(self, dummy_weight: bool) -> str | None:
-        """The draft's local folder. It needs no tokenizer files of its own (it shares the
-        target's), so a folder with a config.json is taken as it is."""
-        if self.algorithm != "STANDALONE" or self.draft_model_path is None:
-            return None
-        folder = Path(self.draft_model_path).expanduser()
-        if (folder / "config.json").is_file():
-            return str(folder)
-        return str(resolve_model(self.draft_model_path, dummy_weight=dummy_weight))
+    @classmethod
+    def resolve(cls, algorithm: str | None, draft_model_path: str | None,
+                num_draft_tokens: int, dummy_weight: bool) -> SpeculativeSettings:
+        path = None
+        if algorithm == "STANDALONE" and draft_model_path is not None:
+            path = resolve_draft(draft_model_path, dummy_weight)
+        return cls(algorithm, path, num_draft_tokens)
 
 
 def with_room_for_draft(config: C, spec: SpeculativeSettings) -> C:
     """The target's config, its KV budget shared with a STANDALONE draft's pool."""
-    path = spec.draft_path(config.dummy_weight)
+    path = spec.draft_path
     if path is None or config.num_pages is not None:
         return config
     mc = ModelConfig.from_path(path)
@@ -62,9 +71,8 @@ def build_speculator(config: EngineConfig, spec: SpeculativeSettings, target: En
     if spec.algorithm is None:
         return None
     draft = None
-    path = spec.draft_path(config.dummy_weight)
-    if path is not None:
-        draft = DraftModel(_draft_engine(config, path, target))
+    if spec.draft_path is not None:
+        draft = DraftModel(_draft_engine(config, spec.draft_path, target))
         set_global_ctx(target.ctx)  # building an engine makes its context the current one
     logger.info("speculative decoding: %s, %d draft tokens per step", spec.algorithm,
                 spec.num_draft_tokens)

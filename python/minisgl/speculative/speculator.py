@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 
 from minisgl.core import Req
-from minisgl.engine.engine import Engine
+from minisgl.engine.engine import Engine, ForwardOutput
 from minisgl.ops.sampling import fold_seed, top_k_top_p_filter, uniform_from
 from minisgl.utils.transfer import to_device
 
@@ -150,14 +150,10 @@ class Speculator:
         picked = logits[to_device([starts[i] for i in plain], torch.int64, device)]
         sampler = self.target.sampler
         new = sampler.sample(picked, rows_host, rows, positions)
-        reports = sampler.logprobs(picked, rows_host, new)
-        for i, token in zip(plain, new.tolist()):
-            result.tokens[i] = [token]
-        if reports is not None:
-            chosen, ids, values = (reports.chosen.tolist(), reports.top_ids.tolist(),
-                                   reports.top_logprobs.tolist())
-            for n, (at, k) in enumerate(zip(reports.index, reports.top_k)):
-                result.logprobs[plain[at]] = (chosen[n], ids[n][:k], values[n][:k])
+        # the engine's own record of a sampled step, read back as plain decoding reads it
+        done = ForwardOutput(new, new, None, sampler.logprobs(picked, rows_host, new))
+        for i, token, lp in zip(plain, done.tolist(), done.logprob_lists()):
+            result.tokens[i], result.logprobs[i] = [token], lp
 
     def _accept_sampled(self, reqs: list[Req], guesses: list[list[int]], logits: torch.Tensor,
                         starts: list[int], sampled: list[int], result: StepResult) -> None:
