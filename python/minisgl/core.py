@@ -50,6 +50,13 @@ class SamplingParams:
     # tokens' (from the raw logits, before penalties and temperature).
     logprobs: int | None = None
     # <<< ch16
+    # >>> ch25
+    # Structured output (chapter 25), SGLang's fields: at most one grammar the answer must match,
+    # a JSON Schema (as a string), a regular expression, or an EBNF grammar (XGrammar's dialect).
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    # <<< ch25
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also rejects NaN
@@ -71,6 +78,12 @@ class SamplingParams:
             raise ValueError(f"logprobs must be None or in [0, {MAX_TOP_LOGPROBS}], got "
                              f"{self.logprobs}")
         # <<< ch16
+        # >>> ch25
+        named = [n for n in ("json_schema", "regex", "ebnf") if getattr(self, n) is not None]
+        if len(named) > 1:
+            raise ValueError(f"at most one of json_schema, regex and ebnf may be given, got "
+                             f"{' and '.join(named)}")
+        # <<< ch25
 
     @property
     def is_greedy(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from minisgl.core import TokenOutput
 
@@ -35,7 +36,7 @@ class ControlReply:
 
     uid: int
     ok: bool
-    info: dict[str, int] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # numbers, and a few strings
     error: str | None = None
 
 

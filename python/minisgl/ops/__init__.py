@@ -19,6 +19,9 @@ from .kv import embedding, store_kv
 from .attention import attention
 from .sampling import sample, top_k_top_p_sampling
 from .moe import moe
+# >>> ch25
+from .bitmask import apply_token_bitmask
+# <<< ch25
 from . import cuda_impls  # adds the CUDA kernels to store_kv and embedding
 from .fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear
 from . import triton_impls  # adds the Triton kernels to the ops above

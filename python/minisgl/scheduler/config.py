@@ -13,6 +13,9 @@ CPU_PREFILL_LENGTH = 512
 SPECULATIVE_ALGORITHMS = ("NGRAM", "STANDALONE")  # SGLang's names (chapter 24)
 MAX_DRAFT_TOKENS = 16
 # <<< ch24
+# >>> ch25
+GRAMMAR_BACKENDS = ("xgrammar", "none")  # SGLang's --grammar-backend values that exist here
+# <<< ch25
 
 
 @dataclass
@@ -29,6 +32,11 @@ class SchedulerConfig(EngineConfig):
     speculative_draft_model_path: str | None = None  # STANDALONE only
     speculative_num_draft_tokens: int = 4  # guesses per request and step (k)
     # <<< ch24
+    # >>> ch25
+    # Structured output (chapter 25): "xgrammar" compiles the grammars requests ask for, "none"
+    # refuses such requests.
+    grammar_backend: str = "xgrammar"
+    # <<< ch25
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -40,6 +48,11 @@ class SchedulerConfig(EngineConfig):
                              f"got {self.cache_type!r}")
         if self.max_prefill_length < 1:
             raise ValueError(f"max_prefill_length must be >= 1, got {self.max_prefill_length}")
+        # >>> ch25
+        if self.grammar_backend not in GRAMMAR_BACKENDS:
+            raise ValueError(f"grammar_backend must be one of {', '.join(GRAMMAR_BACKENDS)}, "
+                             f"got {self.grammar_backend!r}")
+        # <<< ch25
         # >>> ch24
         self._check_speculative()
 

@@ -103,8 +103,12 @@ class SchedulerIO:
             return ControlReply(msg.uid, True, asdict(self.scheduler.stats()))
         if msg.command == "limits":  # what the API server checks requests against
             engine = self.scheduler.engine
-            return ControlReply(msg.uid, True, {"vocab_size": engine.model_config.vocab_size,
-                                                "max_seq_len": engine.max_seq_len})
+            info = {"vocab_size": engine.model_config.vocab_size,
+                    "max_seq_len": engine.max_seq_len}
+            # >>> ch25
+            info["grammar_refusal"] = self.scheduler.grammar_refusal
+            # <<< ch25
+            return ControlReply(msg.uid, True, info)
         if msg.command == "flush_cache":
             try:
                 self.scheduler.flush_cache()

@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from minisgl.core import MIN_TEMPERATURE, Batch, Req, SamplingParams, TokenOutput
-from minisgl.engine.engine import Engine, ForwardOutput
+from minisgl.engine.engine import Engine, ForwardOutput, StepLogits
 from minisgl.env import load_env
+from minisgl.grammar import GrammarManager, grammar_of
 from minisgl.kvcache import create_prefix_cache
 from minisgl.speculative import SpeculativeSettings, build_speculator, with_room_for_draft
 from minisgl.utils import init_logger
@@ -51,10 +52,11 @@ class LaunchedStep:
     """A step queued on the device whose tokens the host has not read yet."""
 
     batch: Batch
-    output: ForwardOutput
+    output: ForwardOutput | None  # None until sampled (chapter 25: after the grammar's mask)
     # Per request, the index in its input_ids that the new token fills; -1 for a chunk of a
     # prompt that is not complete yet (its sampled token means nothing).
     token_index: list[int]
+    logits: StepLogits | None = None  # what `output` is sampled from
 
 
 @dataclass
@@ -107,6 +109,12 @@ class Scheduler:
             self.overlap = False
         self._verify_ct: dict[int, int] = {}  # uid -> speculative steps it has had
         # <<< ch24
+        # >>> ch25
+        self.grammar: GrammarManager | None = None
+        if config.grammar_backend != "none":
+            mc = self.engine.model_config
+            self.grammar = GrammarManager(config.model_path, mc.vocab_size, self.eos_token_ids)
+        # <<< ch25
         self._in_flight: LaunchedStep | None = None
         # Requests that finished while the step in flight still computes them: their memory is
         # freed when that step's tokens come back.
@@ -118,8 +126,13 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return (self.prefill.runnable or self.decode.runnable or bool(self._early_outputs)
+        busy = (self.prefill.runnable or self.decode.runnable or bool(self._early_outputs)
                 or self._in_flight is not None)
+        # >>> ch25
+        busy = busy or (self.grammar is not None and bool(self.grammar.pending))
+        # <<< ch25
+        return busy
+
     def add_request(self, input_ids: list[int], params: SamplingParams,
                     uid: int | None = None) -> int:
         """Queue a request; a request that cannot run gets an error output from the next step.
@@ -135,7 +148,14 @@ class Scheduler:
                                                    error=error, prompt_tokens=len(input_ids)))
             return uid
         params = replace(params, max_tokens=max_tokens)
-        self.prefill.add(Req(uid=uid, input_ids=list(input_ids), sampling_params=params))
+        req = Req(uid=uid, input_ids=list(input_ids), sampling_params=params)
+        # >>> ch25
+        if grammar_of(params) is not None:
+            assert self.grammar is not None  # _check_request refused it otherwise
+            self.grammar.submit(req)  # compiled on a thread; queued for prefill once ready
+            return uid
+        # <<< ch25
+        self.prefill.add(req)
         return uid
 
     def _new_uid(self) -> int:
@@ -159,6 +179,10 @@ class Scheduler:
             return f"top_k must be -1 (off) or in [1, {vocab}], got {params.top_k}"
         if not (params.temperature == 0 or MIN_TEMPERATURE <= params.temperature < math.inf):
             return f"temperature must be 0 or in [{MIN_TEMPERATURE}, inf), got {params.temperature}"
+        # >>> ch25
+        if grammar_of(params) is not None and self.grammar_refusal is not None:
+            return self.grammar_refusal
+        # <<< ch25
         return None
 
     def _check_fits(self, prompt_len: int, max_tokens: int) -> str | None:
@@ -179,6 +203,11 @@ class Scheduler:
         if self._in_flight is not None and any(r.uid == uid for r in self._in_flight.batch.reqs):
             self._drain()  # the step in flight writes its K/V: let it finish before freeing
         req = self.prefill.abort(uid) or self.decode.abort(uid)
+        # >>> ch25
+        if self.grammar is not None:
+            self.grammar.forget(uid)
+            req = req or self.grammar.drop(uid)  # still waiting for its grammar
+        # <<< ch25
         if req is None:
             return None
         # >>> ch24
@@ -194,6 +223,10 @@ class Scheduler:
 
     def step(self) -> list[TokenOutput]:
         """Launch the next step, then process the previous one (overlap) or this one."""
+        # >>> ch25
+        if self.grammar is not None and self.grammar.pending:
+            self._admit_compiled()
+        # <<< ch25
         batch = self._schedule()
         # >>> ch24
         if self.spec is not None and batch is not None and not batch.is_prefill:
@@ -201,12 +234,17 @@ class Scheduler:
             return outputs
         # <<< ch24
         launched = self._launch(batch)
+        done = None
         if self.overlap:  # step N runs on the GPU while the host reads step N-1
             done, self._in_flight = self._in_flight, launched
-        else:
-            done = launched
         if done is not None:
             self._early_outputs += self._process(done)
+        # >>> ch25
+        if launched is not None and launched.output is None:
+            self._sample_constrained(launched)  # step N-1's tokens are known by now
+        # <<< ch25
+        if not self.overlap and launched is not None:
+            self._early_outputs += self._process(launched)
         if self._in_flight is not None and \
                 len(self._finished_in_flight) == self._in_flight.batch.size:
             self._drain()  # every request of the step in flight has finished: free them now
@@ -281,7 +319,7 @@ class Scheduler:
             self._counts.prefill_batches += 1
         else:
             self._counts.decode_batches += 1
-        output = self.engine.forward_batch(batch)
+        logits = self.engine.run_model(batch)
         # This loop and the one in _process run for every request at every step: at batch 256
         # they are most of the host's work per step, so they read each attribute once.
         prefill = batch.is_prefill
@@ -301,7 +339,13 @@ class Scheduler:
                 self.decode.add(req)  # its first decode step may be the very next one
             elif not prefill and done:
                 self.decode.remove(req)  # finished by length: known before its token is read
-        return LaunchedStep(batch, output, token_index)
+        launched = LaunchedStep(batch, None, token_index, logits)
+        # >>> ch25
+        if self.grammar is not None and self.grammar.constrains(batch.reqs):
+            return launched  # sampled in step(), once the previous step's tokens are read
+        # <<< ch25
+        launched.output = self.engine.sample(logits)
+        return launched
 
     def _prepare(self, batch: Batch) -> None:
         """The batch's device tensors, queued without waiting (see utils/transfer.py)."""
@@ -337,6 +381,7 @@ class Scheduler:
 
     def _process(self, done: LaunchedStep) -> list[TokenOutput]:
         """Read a step's tokens (waiting for that step only), emit them, retire finished ones."""
+        assert done.output is not None
         tokens = done.output.tolist()
         logprobs = done.output.logprob_lists()
         stale, self._finished_in_flight = self._finished_in_flight, set()
@@ -354,6 +399,10 @@ class Scheduler:
                 reason = "length"
             else:
                 reason = None
+            # >>> ch25
+            if self.grammar is not None and self.grammar.accept(req, token):
+                reason = "stop"  # the grammar is complete
+            # <<< ch25
             chosen, top_ids, top_logprobs = lp if lp is not None else (None, None, None)
             outputs.append(TokenOutput(uid=req.uid, token=token, finished=reason is not None,
                                        finish_reason=reason, prompt_tokens=req.prompt_len,
@@ -371,6 +420,10 @@ class Scheduler:
         """A request whose token at index `at` ended it: drop what a later step sampled for it,
         and free its memory now, or once the step in flight that still computes it is back."""
         del req.input_ids[at + 1 :]
+        # >>> ch25
+        if self.grammar is not None:
+            self.grammar.forget(req.uid)
+        # <<< ch25
         if req in self.decode.running:
             self.decode.remove(req)
         if self._in_flight is not None and req in self._in_flight.batch.reqs:
@@ -427,6 +480,45 @@ class Scheduler:
         return outputs
 
     # <<< ch24
+    # >>> ch25
+    @property
+    def grammar_refusal(self) -> str | None:
+        """Why this scheduler runs no grammars, or None when it does (the API server asks, to
+        answer such requests with a 400)."""
+        if self.grammar is None:
+            return "structured output is off on this server (--grammar-backend none)"
+        if self.spec is not None:
+            # A guess would have to be checked against the grammar too, and a rejected one
+            # rolled back in the matcher; this chapter keeps the two apart.
+            return "structured output cannot be combined with speculative decoding here"
+        return None
+
+    def _admit_compiled(self) -> None:
+        """Queue the requests whose grammar has compiled; fail those whose grammar did not.
+        With nothing else to run, wait a little for a compile rather than spin."""
+        assert self.grammar is not None
+        idle = not (self.prefill.runnable or self.decode.runnable or self._in_flight)
+        for req, error in self.grammar.ready(block=idle):
+            if error is None:
+                self.prefill.add(req)
+            else:
+                self._early_outputs.append(TokenOutput(
+                    uid=req.uid, finished=True, finish_reason="error", error=error,
+                    prompt_tokens=req.prompt_len))
+
+    def _sample_constrained(self, launched: LaunchedStep) -> None:
+        """Sample a step that holds constrained requests, their forbidden tokens masked. Rows
+        whose token will be dropped (a prompt chunk, a request that finished in the step just
+        read) keep their logits."""
+        assert self.grammar is not None and launched.logits is not None
+        batch = launched.batch
+        skip = {r for r, at in zip(batch.reqs, launched.token_index) if at < 0}
+        skip |= self._finished_in_flight & set(batch.reqs)
+        logits = launched.logits
+        logits.masked = self.grammar.mask_logits(logits.logits, batch.reqs, skip)
+        launched.output = self.engine.sample(logits)
+
+    # <<< ch25
     def check_integrity(self) -> None:
         """Every page is free, cached, or held by one live request; requests that finished by
         length in the step in flight hold theirs until it is read."""
@@ -450,4 +542,8 @@ class Scheduler:
 
     def shutdown(self) -> None:
         self._drain()
+        # >>> ch25
+        if self.grammar is not None:
+            self.grammar.shutdown()
+        # <<< ch25
         self.engine.shutdown()

@@ -72,7 +72,7 @@ async def serving(deps: ServerDeps) -> AsyncIterator[None]:
     client, args = deps.client, deps.args
     client.start()
     reply = await client.control("limits")  # the engine's vocabulary and context sizes
-    deps.limits = RequestLimits(reply.info["vocab_size"], reply.info["max_seq_len"])
+    deps.limits = RequestLimits.from_info(reply.info)
     await deps.status.latest(wait=30)  # the first numbers /health reports
     busy_log = None
     if args.log_interval > 0:

@@ -20,6 +20,10 @@ from minisgl.scheduler.config import SPECULATIVE_ALGORITHMS
 from minisgl.speculative import resolve_draft
 from minisgl.utils.hf import default_model, resolve_model
 
+# isort: split
+# (kept apart: chapter 25 adds this name to scheduler/config.py, and the trees before it drop it)
+from minisgl.scheduler.config import GRAMMAR_BACKENDS
+
 from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 
 
@@ -147,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
                    default=ServerArgs.speculative_num_draft_tokens,
                    help="tokens guessed per request and step")
     # <<< ch24
+    # >>> ch25
+    p.add_argument("--grammar-backend", default=ServerArgs.grammar_backend,
+                   choices=list(GRAMMAR_BACKENDS),
+                   help="structured output (response_format, json_schema, regex, ebnf): "
+                        "xgrammar compiles the grammars, none refuses them with a 400")
+    # <<< ch25
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
                         "size on a CPU)")
@@ -239,6 +249,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             speculative_draft_model_path=ns.speculative_draft_model_path,
             speculative_num_draft_tokens=ns.speculative_num_draft_tokens,
             # <<< ch24
+            # >>> ch25
+            grammar_backend=ns.grammar_backend,
+            # <<< ch25
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,
         )

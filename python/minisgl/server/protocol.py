@@ -25,6 +25,13 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from minisgl.core import MAX_REPETITION_PENALTY, MAX_TOP_LOGPROBS, MIN_TEMPERATURE, SamplingParams
+from minisgl.grammar.spec import (
+    JSON_OBJECT_SCHEMA,
+    GrammarError,
+    GrammarKey,
+    check_grammar,
+    schema_key,
+)
 
 T = TypeVar("T", bound=BaseModel)
 INT64_MAX = (1 << 63) - 1  # the wire (msgpack) and torch carry signed 64-bit integers
@@ -50,6 +57,11 @@ MAX_STOP_CHARS = 256
 MAX_MESSAGES = 2048
 # The most answers one /generate request may ask for: prompts in its batch times n
 MAX_GENERATE_ANSWERS = 64
+# >>> ch25
+# A grammar's text is compiled against the whole vocabulary (chapter 25): bounded, so that one
+# request cannot hold the compiler's thread, and every constrained request behind it, for long.
+MAX_GRAMMAR_CHARS = 32768
+# <<< ch25
 
 # Fields a client may send that change nothing on this server, so they are accepted and ignored:
 IGNORED_FIELDS = {
@@ -67,6 +79,18 @@ class RequestLimits:
 
     vocab_size: int
     max_seq_len: int
+    # >>> ch25
+    grammar_refusal: str | None = None  # why grammars are refused here; None: they run
+    # <<< ch25
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> RequestLimits:
+        """From the scheduler's answer to the "limits" control message (scheduler/io.py)."""
+        limits = cls(info["vocab_size"], info["max_seq_len"])
+        # >>> ch25
+        limits = replace(limits, grammar_refusal=info.get("grammar_refusal"))
+        # <<< ch25
+        return limits
 
     @property
     def max_prompt_chars(self) -> int:
@@ -94,6 +118,26 @@ class RequestLimits:
         if not (top_k == -1 or 1 <= top_k <= self.vocab_size):
             raise ApiError(400, f"top_k must be -1 (off) or in [1, {self.vocab_size}] (the "
                                 f"vocabulary size), got {top_k}", param=param)
+    # >>> ch25
+
+    def check_grammar_allowed(self, param: str) -> None:
+        if self.grammar_refusal is not None:
+            raise ApiError(400, self.grammar_refusal, param=param)
+
+
+def check_grammar_text(key: GrammarKey, param: str, limits: RequestLimits | None) -> None:
+    """A 400 naming `param` for a grammar this server will not run: too long, unparsable, or
+    refused by its settings (--grammar-backend none, speculative decoding)."""
+    if len(key.text) > MAX_GRAMMAR_CHARS:
+        raise ApiError(400, f"'{param}' is {len(key.text)} characters long; at most "
+                            f"{MAX_GRAMMAR_CHARS} are allowed", param=param)
+    if limits is not None:
+        limits.check_grammar_allowed(param)
+    try:
+        check_grammar(key)
+    except GrammarError as e:
+        raise ApiError(400, str(e), param=param) from None
+    # <<< ch25
 
 
 class ApiError(Exception):
@@ -132,6 +176,36 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+# >>> ch25
+
+
+class JsonSchemaFormat(_Body):
+    """response_format.json_schema: OpenAI's named schema. `strict` is accepted either way: the
+    answer always follows the schema here (XGrammar's strict mode, no extra properties unless the
+    schema allows them)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    schema_: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    """OpenAI's response_format: free text, any JSON object, or JSON that follows a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def grammar(self) -> GrammarKey | None:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ApiError(400, "'response_format.json_schema' goes with type 'json_schema', and "
+                                "that type needs it", param="response_format.json_schema")
+        if self.type == "json_object":
+            return GrammarKey("json_schema", JSON_OBJECT_SCHEMA)
+        if self.json_schema is not None:
+            return schema_key(self.json_schema.schema_)
+        return None
+# <<< ch25
 
 
 class _Sampling(_Body):
@@ -166,6 +240,9 @@ class _Sampling(_Body):
     # not yet: see NOT_YET
     logit_bias: dict[str, float] | None = None
     store: bool | None = None
+    # >>> ch25
+    response_format: ResponseFormat | None = None
+    # <<< ch25
 
     @property
     def asked_max_tokens(self) -> int | None:
@@ -179,12 +256,18 @@ class _Sampling(_Body):
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
         """The engine's parameters; max_tokens None leaves the limit to the scheduler."""
+        extra: dict[str, Any] = {"presence_penalty": self.presence_penalty,
+                                 "frequency_penalty": self.frequency_penalty,
+                                 "repetition_penalty": self.repetition_penalty,
+                                 "logprobs": self.asked_logprobs}
+        # >>> ch25
+        key = self.response_format.grammar() if self.response_format else None
+        if key is not None:
+            extra[key.kind] = key.text
+        # <<< ch25
         return make_sampling_params(self.temperature, self.top_k, self.top_p, self.ignore_eos,
                                     self.asked_max_tokens or default_max_tokens, self.seed,
-                                    presence_penalty=self.presence_penalty,
-                                    frequency_penalty=self.frequency_penalty,
-                                    repetition_penalty=self.repetition_penalty,
-                                    logprobs=self.asked_logprobs)
+                                    **extra)
 
     def check(self, limits: RequestLimits | None) -> None:
         """The checks beyond each field's own type and range (ApiError 400 naming the field);
@@ -196,6 +279,11 @@ class _Sampling(_Body):
         check_stops(self.stop_strings, "stop")
         if limits is not None:
             limits.check_top_k(self.top_k, "top_k")
+        # >>> ch25
+        key = self.response_format.grammar() if self.response_format else None
+        if key is not None:
+            check_grammar_text(key, "response_format", limits)
+        # <<< ch25
 
     @property
     def stop_strings(self) -> list[str]:
@@ -334,7 +422,6 @@ class GenerateSamplingParams(_Body):
         "min_p": (0,), "min_new_tokens": (0,),
         "stop_token_ids": (None, []), "skip_special_tokens": (True,),
         "spaces_between_special_tokens": (True,), "no_stop_trim": (False,),
-        "json_schema": (None,), "regex": (None,), "ebnf": (None,),
     }
 
     max_new_tokens: int = Field(GENERATE_DEFAULT_MAX_NEW_TOKENS, gt=0, le=INT64_MAX)
@@ -355,9 +442,21 @@ class GenerateSamplingParams(_Body):
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
+    # >>> ch25
+    # structured output (chapter 25): at most one
     json_schema: str | None = None
     regex: str | None = None
     ebnf: str | None = None
+
+    def grammar(self) -> GrammarKey | None:
+        named = [GrammarKey(k, getattr(self, k)) for k in ("json_schema", "regex", "ebnf")
+                 if getattr(self, k) is not None]
+        if len(named) > 1:
+            raise ApiError(400, f"give at most one of 'sampling_params.json_schema', 'regex' and "
+                                f"'ebnf', got {' and '.join(k.kind for k in named)}",
+                           param=f"sampling_params.{named[1].kind}")
+        return named[0] if named else None
+    # <<< ch25
 
 
 class GenerateRequest(_Body):
@@ -394,11 +493,16 @@ class GenerateRequest(_Body):
 
     def to_sampling_params(self) -> SamplingParams:
         p = self.sampling_params
+        extra: dict[str, Any] = {"presence_penalty": p.presence_penalty,
+                                 "frequency_penalty": p.frequency_penalty,
+                                 "repetition_penalty": p.repetition_penalty}
+        # >>> ch25
+        key = p.grammar()
+        if key is not None:
+            extra[key.kind] = key.text
+        # <<< ch25
         return make_sampling_params(p.temperature, p.top_k, p.top_p, p.ignore_eos,
-                                    p.max_new_tokens, p.sampling_seed,
-                                    presence_penalty=p.presence_penalty,
-                                    frequency_penalty=p.frequency_penalty,
-                                    repetition_penalty=p.repetition_penalty)
+                                    p.max_new_tokens, p.sampling_seed, **extra)
 
     @property
     def stop_strings(self) -> list[str]:
@@ -409,6 +513,11 @@ class GenerateRequest(_Body):
         self.check_not_yet()
         self.sampling_params.check_not_yet("sampling_params.")
         check_stops(self.stop_strings, "sampling_params.stop")
+        # >>> ch25
+        key = self.sampling_params.grammar()
+        if key is not None:
+            check_grammar_text(key, f"sampling_params.{key.kind}", limits)
+        # <<< ch25
         answers = len(prompts) * self.sampling_params.n
         if self.batched and answers > MAX_GENERATE_ANSWERS:
             raise ApiError(400, f"{len(prompts)} prompts x n={self.sampling_params.n} are "

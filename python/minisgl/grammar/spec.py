@@ -1,0 +1,76 @@
+"""Which grammar a request asks for, and whether it is well formed (chapter 25).
+
+A request names at most one of SGLang's three fields: `json_schema` (a JSON Schema, as a string),
+`regex`, or `ebnf` (XGrammar's EBNF dialect, `root ::= ...`). OpenAI's `response_format` maps onto
+them in the API server: `json_object` is the schema {"type": "object"}. The pair (kind, text) is
+the grammar's key: the compiler caches by it, so every request with the same schema text shares
+one compiled grammar.
+
+`check` parses a grammar without a tokenizer: it costs about a millisecond, so the API server runs
+it on every request and answers a bad schema or regex with a 400 before anything is queued. The
+compile against the vocabulary (compiler.py) happens later, in the scheduler's process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from minisgl.core import SamplingParams
+
+GRAMMAR_KINDS = ("json_schema", "regex", "ebnf")
+JSON_OBJECT_SCHEMA = '{"type": "object"}'  # OpenAI's response_format {"type": "json_object"}
+# XGrammar's C++ errors start with "[hh:mm:ss] /path/file.cc:123: ": the reader needs the rest
+_CPP_PREFIX = re.compile(r"^\[[0-9:]+\]\s+\S+:\d+:\s*")
+
+
+class GrammarError(ValueError):
+    """A grammar that cannot be parsed; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class GrammarKey:
+    kind: str  # one of GRAMMAR_KINDS
+    text: str
+
+
+def grammar_of(params: SamplingParams) -> GrammarKey | None:
+    """The grammar a request's parameters name, or None for free text."""
+    for kind in GRAMMAR_KINDS:
+        text = getattr(params, kind)
+        if text is not None:
+            return GrammarKey(kind, text)
+    return None
+
+
+def schema_key(schema: dict[str, Any] | bool) -> GrammarKey:
+    """The key of a schema given as a parsed JSON value (OpenAI's response_format)."""
+    return GrammarKey("json_schema", json.dumps(schema, ensure_ascii=False))
+
+
+def check_grammar(key: GrammarKey) -> None:
+    """Raise GrammarError if the grammar cannot be parsed (no tokenizer needed)."""
+    import xgrammar as xgr
+
+    if key.kind == "json_schema":
+        try:
+            schema = json.loads(key.text)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
+        if not isinstance(schema, (dict, bool)):
+            raise GrammarError(f"a JSON schema is an object (or true/false), got "
+                               f"{type(schema).__name__}")
+    build = {"json_schema": xgr.Grammar.from_json_schema, "regex": xgr.Grammar.from_regex,
+             "ebnf": xgr.Grammar.from_ebnf}[key.kind]
+    try:
+        build(key.text)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise GrammarError(f"invalid {key.kind}: {readable(e)}") from None
+
+
+def readable(error: Exception) -> str:
+    """XGrammar's message without its C++ source location, on one line."""
+    lines = [_CPP_PREFIX.sub("", line).strip() for line in str(error).splitlines()]
+    return " ".join(line for line in lines if line)[:500]
