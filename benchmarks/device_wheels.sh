@@ -8,15 +8,18 @@
 #
 # The image has python 3.12, torch, triton, transformers and numpy; `LLM` imports zmq (chapter 17),
 # the trace steps need flashinfer-bench (installed --no-deps, its data model only), serving needs
-# fastapi/uvicorn/..., the benchmarks' plots need matplotlib.
+# fastapi/uvicorn/..., the benchmarks' plots need matplotlib, chapter 25 xgrammar and jsonschema.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="pyzmq msgpack psutil pydantic fastapi uvicorn prometheus-client setproctitle openai httpx2 pexpect"
+PKGS="pyzmq msgpack psutil pydantic fastapi uvicorn prometheus-client setproctitle openai httpx2 pexpect
+      jsonschema"
 [ "${1:-}" = "--no-plot" ] || PKGS="$PKGS matplotlib"
 DL="pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64
     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d .cache/wheels"
 mkdir -p .cache/wheels
 $DL $PKGS
 $DL --no-deps flashinfer-bench==0.1.2 docstring-parser==0.18.0
+# structured output (chapter 25); --no-deps: xgrammar's own dependencies are torch, triton, ...
+$DL --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 rm -f .cache/wheels/numpy-*.whl  # the image's own numpy stays
 du -sh .cache/wheels

@@ -84,19 +84,19 @@ def test_the_bitmask_op_masks_exactly_the_cleared_bits(vocab):
     bitmask[1] = -1  # a free row: every bit set
     want = brute_force_mask(logits, bitmask)
     for impl in (apply_token_bitmask_torch, apply_token_bitmask_xgrammar):
-        before = logits.clone()
-        got = impl(logits, bitmask)
+        got = logits.clone()
+        impl(got, bitmask)
         assert torch.equal(got, want), impl.__name__
-        assert torch.equal(logits, before)  # a new tensor: the raw logits stay for logprobs
     assert torch.equal(want[1], logits[1])
 
 
 def test_the_bitmask_op_keeps_bf16():
     logits = torch.randn(2, 70).bfloat16()
     bitmask = torch.tensor([[5, 0, 1], [-1, -1, -1]], dtype=torch.int32)
-    got = apply_token_bitmask_torch(logits, bitmask)
-    assert got.dtype == torch.bfloat16
-    assert torch.isfinite(got[0]).nonzero().squeeze(1).tolist() == [0, 2, 64]
+    apply_token_bitmask_torch(logits, bitmask)
+    assert logits.dtype == torch.bfloat16
+    assert torch.isfinite(logits[0]).nonzero().squeeze(1).tolist() == [0, 2, 64]
+    assert torch.isfinite(logits[1]).all()
 
 
 # ------------------------------------------------------------------ grammars and their checks
@@ -322,12 +322,17 @@ def test_the_openai_client_gets_schema_valid_answers(smollm2_server):
                                          "type": "json_schema",
                                          "json_schema": {"name": "order", "schema": ORDER}}})
     jsonschema.validate(json.loads(text.choices[0].text), ORDER)
-    two = client.chat.completions.create(model=smollm2_server.model_name, messages=messages,
+    ask = [{"role": "user", "content": "Give a JSON object with the keys name and age."}]
+    two = client.chat.completions.create(model=smollm2_server.model_name, messages=ask,
                                          response_format={"type": "json_object"}, n=2,
-                                         temperature=0.0, max_tokens=200)
+                                         temperature=1.0, seed=11, max_tokens=64,
+                                         logprobs=True, top_logprobs=3)
     for choice in two.choices:
         assert choice.finish_reason == "stop"
         assert isinstance(json.loads(choice.message.content), dict)
+        # log-probabilities come from the raw logits: finite, forbidden tokens included
+        tops = [t.logprob for item in choice.logprobs.content for t in item.top_logprobs]
+        assert len(tops) == 3 * len(choice.logprobs.content) and all(x > -1e9 for x in tops)
 
 
 def test_generate_takes_regex_json_schema_and_ebnf(smollm2_server):
@@ -388,3 +393,52 @@ def test_a_refusing_server_says_why_before_queueing():
     assert info.value.status == 400
     free = parse_body(ChatCompletionRequest, body, RequestLimits(100, 64))
     assert free.sampling_params(None).json_schema == '{"type": "object"}'
+
+
+# ------------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_bitmask_op_on_the_gpu(dtype):
+    gen = torch.Generator().manual_seed(7)
+    vocab = 151936  # Qwen3's logits width
+    logits = torch.randn(5, vocab, generator=gen).to("cuda", dtype)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (5, vocab // 32), dtype=torch.int32,
+                            generator=gen).cuda()
+    want, got = logits.clone(), logits.clone()
+    apply_token_bitmask_torch(want, bitmask)
+    apply_token_bitmask_xgrammar(got, bitmask)
+    assert torch.equal(got, want)
+    from minisgl import ops
+
+    assert ops.apply_token_bitmask.kind_for(logits, bitmask) == "xgrammar"
+
+
+@pytest.mark.gpu
+def test_constrained_answers_on_the_gpu(qwen3_dir):
+    """Qwen3-0.6B's shape with random bf16 weights, CUDA graphs and overlap scheduling: random
+    weights write anything they can, so only the grammar keeps the answers in shape."""
+    from minisgl.llm import LLM
+
+    llm = LLM(str(qwen3_dir), dummy_weight=True, device="cuda", max_seq_len=1024)
+    try:
+        assert llm.scheduler.overlap
+        prompts, params = [], []
+        for i in range(16):
+            prompts.append(f"Request {i}: answer in the right shape.")
+            grammar = [{"json_schema": json.dumps(PERSON)}, {"regex": PHONE}, {"ebnf": YES_NO},
+                       {}][i % 4]
+            params.append(SamplingParams(temperature=1.0, seed=i, max_tokens=200, **grammar))
+        results = llm.generate(prompts, params, use_tqdm=False)
+        for p, result in zip(params, results):
+            if p.json_schema is not None:
+                assert result["finish_reason"] == "stop", result
+                jsonschema.validate(json.loads(result["text"]), PERSON)
+            elif p.regex is not None:
+                assert re.fullmatch(PHONE, result["text"]), result
+            elif p.ebnf is not None:
+                assert re.fullmatch(r"(yes|no), because [a-z ]{1,20}\.", result["text"]), result
+        llm.scheduler.check_integrity()
+    finally:
+        llm.shutdown()

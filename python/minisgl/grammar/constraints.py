@@ -7,7 +7,7 @@ A constrained request goes through three stages here:
    `pending`, outside the prefill queue, so the other requests keep running meanwhile.
 2. `ready`: once the compile is done the request gets a GrammarMatcher (the automaton's state for
    this one answer) and the scheduler queues it for prefill.
-3. Every step that samples for it: `bitmask` asks each matcher which tokens may come next, the
+3. Every step that samples for it: `mask_logits` asks each matcher which tokens may come next, the
    logits of those rows are masked (ops.apply_token_bitmask), and once the token is known
    `accept` moves the matcher past it. A matcher that has reached the grammar's end (it accepted
    the stop token) ends the request with finish_reason "stop".
@@ -93,22 +93,21 @@ class GrammarManager:
     def constrains(self, reqs: list[Req]) -> bool:
         return bool(self.matchers) and any(r.uid in self.matchers for r in reqs)
 
-    def mask_logits(self, logits: torch.Tensor, reqs: list[Req], skip: set[Req]) -> torch.Tensor:
-        """The batch's logits [B, V] with each constrained row's forbidden tokens at -inf (a new
-        tensor: log-probabilities are still reported from the raw logits). skip: rows whose
-        token means nothing (a prompt chunk, a request that has just finished)."""
+    def mask_logits(self, logits: torch.Tensor, reqs: list[Req], skip: set[Req],
+                    keep_raw: bool) -> torch.Tensor:
+        """The batch's logits [B, V] with each constrained row's forbidden tokens at -inf.
+        skip: rows whose token means nothing (a prompt chunk, a request that has just
+        finished). keep_raw: some request reports log-probabilities, which come from the raw
+        logits, so mask a copy; otherwise mask in place."""
         rows = [i for i, r in enumerate(reqs) if r.uid in self.matchers and r not in skip]
         if not rows:
             return logits
-        width = (logits.shape[-1] + 31) // 32
-        host = torch.empty((len(rows), width), dtype=torch.int32,
-                           pin_memory=logits.is_cuda)
-        for n, i in enumerate(rows):
-            self.matchers[reqs[i].uid].fill_next_token_bitmask(host, n)
-        index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
-        bitmask = host.to(logits.device, non_blocking=True)
-        masked = logits.clone()
-        masked[index] = ops.apply_token_bitmask(logits[index], bitmask)
+        host = torch.full((len(reqs), (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32,
+                          pin_memory=logits.is_cuda)  # -1: every token allowed
+        for i in rows:
+            self.matchers[reqs[i].uid].fill_next_token_bitmask(host, i)
+        masked = logits.clone() if keep_raw else logits
+        ops.apply_token_bitmask(masked, host.to(logits.device, non_blocking=True))
         return masked
 
     def accept(self, req: Req, token: int) -> bool:

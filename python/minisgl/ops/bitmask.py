@@ -2,8 +2,10 @@
 
 A grammar's allowed next tokens arrive as a bitmask, 32 tokens per int32 word: bit j of word i
 says whether token 32 * i + j may come next (XGrammar's layout; a word of -1 allows all 32). The
-op returns the logits with every forbidden token at -inf, so any sampler (greedy, temperature,
-top-k/top-p) can only pick an allowed one. Rows of free requests carry a mask of all ones.
+op sets every forbidden token's logit to -inf, in place, so any sampler (greedy, temperature,
+top-k/top-p) can only pick an allowed one. Rows of free requests carry a mask of all ones. In
+place because a step's logits are [batch, vocabulary]: a copy of them per step costs more than
+the masking on a CPU.
 
 The reference unpacks the bits with integer ops; XGrammar's own kernels (its C++ loop on a CPU,
 its Triton kernel on a GPU) do the same without building the [B, V] boolean tensor.
@@ -16,21 +18,20 @@ import torch
 from .registry import Impl, Op
 
 
-def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """logits [B, V], bitmask [B, ceil(V / 32)] int32 -> new logits, forbidden tokens at -inf."""
+def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """logits [B, V], bitmask [B, ceil(V / 32)] int32: forbidden tokens' logits set to -inf."""
     bits = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().flatten(1)[:, : logits.shape[-1]]
-    return logits.masked_fill(~allowed, float("-inf"))
+    logits.masked_fill_(~allowed, float("-inf"))
 
 
-def apply_token_bitmask_xgrammar(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+def apply_token_bitmask_xgrammar(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     import xgrammar as xgr
 
-    out = logits.clone()
     # "triton" on a GPU: its "cuda" backend would compile a kernel with nvcc at the first call
     backend = "triton" if logits.is_cuda else "cpu"
-    xgr.apply_token_bitmask_inplace(out, bitmask, vocab_size=logits.shape[-1], backend=backend)
-    return out
+    xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=logits.shape[-1],
+                                    backend=backend)
 
 
 def _xgrammar_takes(logits: torch.Tensor, bitmask: torch.Tensor) -> bool:

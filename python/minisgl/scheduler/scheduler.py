@@ -515,7 +515,8 @@ class Scheduler:
         skip = {r for r, at in zip(batch.reqs, launched.token_index) if at < 0}
         skip |= self._finished_in_flight & set(batch.reqs)
         logits = launched.logits
-        logits.masked = self.grammar.mask_logits(logits.logits, batch.reqs, skip)
+        keep_raw = any(r.sampling_params.logprobs is not None for r in batch.reqs)
+        logits.masked = self.grammar.mask_logits(logits.logits, batch.reqs, skip, keep_raw)
         launched.output = self.engine.sample(logits)
 
     # <<< ch25
