@@ -22,7 +22,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "minisgl"
 ENGINE_PACKAGES = ("kernel", "layers", "engine", "attention", "moe", "models", "kvcache",
-                   "scheduler", "ops", "speculative")
+                   "scheduler", "ops", "speculative", "grammar")
 
 # minisgl's packages and top-level modules, from the ground floor up. A package imports only from
 # floors below its own; a new package gets its floor here.
@@ -35,7 +35,9 @@ FLOORS = (
     ("layers", "kvcache"),
     ("models", "attention"),
     ("engine", "tokenizer", "trace", "shell"),
-    ("speculative",),  # guesses and their verification, on the engine (chapter 24)
+    # guesses and their verification, on the engine (chapter 24); grammars that constrain the
+    # sampled tokens (chapter 25)
+    ("speculative", "grammar"),
     ("scheduler",),
     ("llm", "server"),
     ("benchmark", "__main__"),
