@@ -18,7 +18,7 @@ source "$(dirname "$0")/gpu_steps.sh"
 step test_ch25_gpu 200 python -m pytest -q -p no:cacheprovider -rs -m gpu \
   tests/test_ch25_structured.py
 step structured_gpu 300 python benchmarks/structured.py --device cuda --dtype bfloat16 \
-  --model Qwen/Qwen3-0.6B --dummy-weight --batch-sizes 1,16,64 --tokens 128 --repeat 3
+  --model Qwen/Qwen3-0.6B --dummy-weight --batch-sizes 1,16,64 --tokens 128 --repeat 5
 
 { echo "$MACHINE"; echo "+++ [$SECONDS s] summary"
   grep -H -E "passed|failed|error|ms/step|compile|TIMED OUT|exit status" \

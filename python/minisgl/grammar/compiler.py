@@ -44,6 +44,11 @@ class GrammarCompiler:
         self.compiles = 0
         self.hits = 0
 
+    def prepare(self) -> None:
+        """Build the vocabulary description now, on the worker thread, rather than for the
+        first grammar: for Qwen3's 151,936 tokens it took 13 s on the H200's host."""
+        self._pool.submit(self._compiler)
+
     def compile(self, key: GrammarKey) -> Future[Any]:
         """The compiled grammar of `key`, as a future (done at once on a cache hit)."""
         with self._lock:

@@ -45,12 +45,17 @@ class _Pending:
 
 
 class GrammarManager:
-    def __init__(self, model_path: str, vocab_size: int, stop_token_ids: tuple[int, ...]
-                 ) -> None:
+    def __init__(self, model_path: str, vocab_size: int, stop_token_ids: tuple[int, ...],
+                 prepare_now: bool = False) -> None:
+        """prepare_now: build the vocabulary description at once (in the background) instead
+        of when the first grammar arrives, which then waits for it."""
         self.vocab_size = vocab_size
         self.compiler = GrammarCompiler(model_path, vocab_size, stop_token_ids)
+        if prepare_now:
+            self.compiler.prepare()
         self.pending: list[_Pending] = []
         self.matchers: dict[int, Any] = {}  # uid -> xgrammar.GrammarMatcher
+        self._batch: Any = None  # xgrammar.BatchGrammarMatcher, made by the first batch
 
     def submit(self, req: Req) -> None:
         key = grammar_of(req.sampling_params)
@@ -104,11 +109,21 @@ class GrammarManager:
             return logits
         host = torch.full((len(reqs), (logits.shape[-1] + 31) // 32), -1, dtype=torch.int32,
                           pin_memory=logits.is_cuda)  # -1: every token allowed
-        for i in rows:
-            self.matchers[reqs[i].uid].fill_next_token_bitmask(host, i)
+        matchers = [self.matchers[reqs[i].uid] for i in rows]
+        if len(rows) == 1:
+            matchers[0].fill_next_token_bitmask(host, rows[0])
+        else:  # XGrammar fills the rows on a pool of threads (its C++ releases the GIL)
+            self._batch_matcher().batch_fill_next_token_bitmask(matchers, host, rows)
         masked = logits.clone() if keep_raw else logits
         ops.apply_token_bitmask(masked, host.to(logits.device, non_blocking=True))
         return masked
+
+    def _batch_matcher(self) -> Any:
+        if self._batch is None:
+            import xgrammar as xgr
+
+            self._batch = xgr.BatchGrammarMatcher()
+        return self._batch
 
     def accept(self, req: Req, token: int) -> bool:
         """Move the request's matcher past its new token; True when the request must end here
