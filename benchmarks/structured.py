@@ -26,6 +26,7 @@ import time
 import torch
 
 from minisgl.core import SamplingParams
+from minisgl.grammar import GrammarManager
 from minisgl.grammar.compiler import GrammarCompiler
 from minisgl.grammar.spec import GrammarKey
 from minisgl.llm import LLM
@@ -80,6 +81,23 @@ def decode_ms(llm: LLM, batch: int, tokens: int, constrained: bool, repeat: int
     return statistics.median(samples), produced
 
 
+MASK_MS: list[float] = []  # host time of each GrammarManager.mask_logits call
+
+
+def timed_masks() -> None:
+    """Record the host time of every mask (filling and queueing the apply)."""
+    inner = GrammarManager.mask_logits
+
+    def mask_logits(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            MASK_MS.append((time.perf_counter() - start) * 1e3)
+
+    GrammarManager.mask_logits = mask_logits
+
+
 def compile_times(model_path: str) -> tuple[float, float, float]:
     """Seconds: preparing the vocabulary, the first compile of RECORDS, a cached compile."""
     mc = ModelConfig.from_path(model_path)
@@ -110,6 +128,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
+    timed_masks()
     path = str(resolve_model(args.model, dummy_weight=args.dummy_weight))
     vocab, first, cached = compile_times(path)
     print(f"model {args.model} ({'random' if args.dummy_weight else 'real'} weights), "
@@ -121,10 +140,11 @@ def main() -> None:
               max_seq_len=2048, **({"num_pages": 16384} if args.device == "cpu" else {}))
     for batch in [int(b) for b in args.batch_sizes.split(",")]:
         free, free_tokens = decode_ms(llm, batch, args.tokens, False, args.repeat)
+        MASK_MS.clear()
         bound, bound_tokens = decode_ms(llm, batch, args.tokens, True, args.repeat)
         print(f"batch {batch:>3}  free {free:8.3f} ms/step  json_schema {bound:8.3f} ms/step  "
               f"constrained/free throughput {free / bound:.2f}x  tokens {bound_tokens}/"
-              f"{free_tokens}")
+              f"{free_tokens}  mask host {statistics.median(MASK_MS):.3f} ms/step")
     llm.scheduler.check_integrity()
     llm.shutdown()
     if args.device.startswith("cuda"):

@@ -66,6 +66,17 @@ class ForwardOutput:
         return out
 
 
+@dataclass
+class StepLogits:
+    """A step's logits before sampling ([B, V], one row per request) and where its requests
+    live: page-table rows (on the host and on the device) and the new tokens' positions."""
+
+    logits: torch.Tensor
+    rows_host: torch.Tensor
+    rows: torch.Tensor
+    new_positions: torch.Tensor
+
+
 def _pinned_copy(t: torch.Tensor) -> torch.Tensor:
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     return host.copy_(t, non_blocking=True)
@@ -143,16 +154,25 @@ class Engine:
 
         The tokens go into next_tokens (at each request's page-table row) and start their way to
         the host; nothing here waits for the GPU."""
+        return self.sample(self.run_model(batch))
+
+    @torch.inference_mode()
+    def run_model(self, batch: Batch) -> StepLogits:
+        """The forward pass alone: each request's logits, queued, not sampled yet."""
         set_global_ctx(self.ctx)  # the attention layers find this engine's batch through it
         rows_host = torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64)
         rows = to_device(rows_host, torch.int64, self.device)
         last = self._last_token_indices(batch)
         logits = self._logits(batch, last)
         # The position each new token will have: one past the last token computed for its request.
-        new_positions = batch.positions[last] + 1
-        tokens = self.sampler.sample(logits, rows_host, rows, new_positions)
-        self.next_tokens[rows] = tokens
-        logprobs = self.sampler.logprobs(logits, rows_host, tokens)
+        return StepLogits(logits, rows_host, rows, batch.positions[last] + 1)
+
+    @torch.inference_mode()
+    def sample(self, step: StepLogits) -> ForwardOutput:
+        """Sample the step's tokens, store them as the next inputs, and queue their copy."""
+        tokens = self.sampler.sample(step.logits, step.rows_host, step.rows, step.new_positions)
+        self.next_tokens[step.rows] = tokens
+        logprobs = self.sampler.logprobs(step.logits, step.rows_host, tokens)
         if self.device.type != "cuda":
             return ForwardOutput(tokens, tokens, None, logprobs)
         if logprobs is not None:
