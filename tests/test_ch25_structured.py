@@ -19,7 +19,7 @@ import torch
 from minisgl.core import SamplingParams
 from minisgl.grammar import GrammarError, GrammarKey, check_grammar, grammar_of
 from minisgl.grammar.compiler import GrammarCompiler
-from minisgl.grammar.spec import readable
+from minisgl.grammar.spec import nesting, readable
 from minisgl.ops.bitmask import apply_token_bitmask_torch, apply_token_bitmask_xgrammar
 
 # Every schema is bounded (strings with maxLength, arrays with maxItems, numbers with bounds), so
@@ -126,6 +126,24 @@ def test_good_grammars_pass_and_the_params_name_one_at_most():
     assert grammar_of(SamplingParams()) is None
     with pytest.raises(ValueError, match="at most one of json_schema, regex and ebnf"):
         SamplingParams(regex="a", ebnf='root ::= "a"')
+
+
+def nested_schema(objects: int) -> str:
+    schema: dict = {"type": "string"}
+    for _ in range(objects):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return json.dumps(schema)
+
+
+def test_deep_schemas_are_refused_before_they_hold_the_compiler():
+    assert nesting(json.loads(nested_schema(31))) == 63  # two levels per object, and one
+    check_grammar(GrammarKey("json_schema", nested_schema(31)))
+    with pytest.raises(GrammarError, match="nested 65 levels deep; at most 64 are allowed"):
+        check_grammar(GrammarKey("json_schema", nested_schema(32)))
+    with pytest.raises(GrammarError, match="nested too deeply to read"):
+        check_grammar(GrammarKey("json_schema", "[" * 100000 + "]" * 100000))
+    arrays = {"type": "array", "items": {"enum": [[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]}}
+    check_grammar(GrammarKey("json_schema", json.dumps(arrays)))  # 25 levels: fine
 
 
 def test_readable_drops_the_cpp_prefix():
