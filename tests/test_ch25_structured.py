@@ -192,7 +192,7 @@ def schema_params(name: str, temperature: float, seed: int, max_tokens: int = 16
 
 
 def test_answers_follow_their_schema_at_temperature_0_and_1(llm):
-    jobs = [(name, t, seed) for name in SCHEMAS for t in (0.0, 1.0) for seed in (1, 2)]
+    jobs = [(name, t, 1) for name in SCHEMAS for t in (0.0, 1.0)]
     prompts = [chat(llm, f"Give me a {name} as JSON.") for name, _, _ in jobs]
     params = [schema_params(name, t, seed) for name, t, seed in jobs]
     results = llm.generate(prompts, params, use_tqdm=False)
@@ -270,12 +270,12 @@ def test_chunked_prefill_and_retraction_keep_the_grammar(smollm2_dir):
     back to wait (retracted) and prefilled again: the matcher keeps what it accepted."""
     from minisgl.llm import LLM
 
-    small = LLM(str(smollm2_dir), dtype="float32", device="cpu", num_pages=300,
+    small = LLM(str(smollm2_dir), dtype="float32", device="cpu", num_pages=260,
                 max_seq_len=256, max_running_reqs=8, max_prefill_length=64)
     try:
         long_prompt = chat(small, "Describe an order as JSON. " * 12)
-        prompts = [long_prompt] + [chat(small, f"Order {i} as JSON:") for i in range(5)]
-        params = [schema_params("order", 1.0, seed=i, max_tokens=150) for i in range(6)]
+        prompts = [long_prompt] + [chat(small, f"Order {i} as JSON:") for i in range(3)]
+        params = [schema_params("order", 1.0, seed=i, max_tokens=150) for i in range(4)]
         results = small.generate(prompts, params, use_tqdm=False)
         assert small.scheduler.stats().retracted > 0
         for result in results:
