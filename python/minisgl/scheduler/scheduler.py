@@ -52,7 +52,7 @@ class LaunchedStep:
     """A step queued on the device whose tokens the host has not read yet."""
 
     batch: Batch
-    output: ForwardOutput | None  # None until sampled (chapter 25: after the grammar's mask)
+    output: ForwardOutput | None  # None until sampled (a grammar's mask first: chapter 25)
     # Per request, the index in its input_ids that the new token fills; -1 for a chunk of a
     # prompt that is not complete yet (its sampled token means nothing).
     token_index: list[int]
@@ -322,7 +322,7 @@ class Scheduler:
             self._counts.prefill_batches += 1
         else:
             self._counts.decode_batches += 1
-        logits = self.engine.run_model(batch)
+        output, logits = self._run(batch)
         # This loop and the one in _process run for every request at every step: at batch 256
         # they are most of the host's work per step, so they read each attribute once.
         prefill = batch.is_prefill
@@ -342,13 +342,17 @@ class Scheduler:
                 self.decode.add(req)  # its first decode step may be the very next one
             elif not prefill and done:
                 self.decode.remove(req)  # finished by length: known before its token is read
-        launched = LaunchedStep(batch, None, token_index, logits)
+        return LaunchedStep(batch, output, token_index, logits)
+
+    def _run(self, batch: Batch) -> tuple[ForwardOutput | None, StepLogits | None]:
+        """Queue the batch's forward pass and its sampling: (the sampled step, None). A batch
+        with constrained requests (chapter 25) is sampled later, in step(), once the previous
+        step's tokens are read: (None, its logits)."""
         # >>> ch25
         if self.grammar is not None and self.grammar.constrains(batch.reqs):
-            return launched  # sampled in step(), once the previous step's tokens are read
+            return None, self.engine.run_model(batch)
         # <<< ch25
-        launched.output = self.engine.sample(logits)
-        return launched
+        return self.engine.forward_batch(batch), None
 
     def _prepare(self, batch: Batch) -> None:
         """The batch's device tensors, queued without waiting (see utils/transfer.py)."""
