@@ -13,11 +13,15 @@ Printed, one line each (the chapter page quotes them):
   `agreement <variant>`: greedy tokens equal to the unquantized model's, position by position, over
   the first 16 tokens of 8 chat prompts (real weights only).
 - `decode <variant> bs <B>`: ms per decode step, (t(1 + N tokens) - t(1 token)) / N for a batch of
-  B copies of one prompt, so the prefill is left out; median of --repeat runs, the variants
-  interleaved round by round (a shared machine's noise hits them alike). The ratio is the
-  unquantized time over this one.
+  B copies of one prompt, so the prefill is left out. Each time is the best of --repeat runs
+  (the run least disturbed by other work on a shared machine; the median is printed beside it),
+  the variants interleaved run by run. The ratio is the unquantized time over this one.
 - `official <variant>` (--official): the official bench.py workload (minisgl.benchmark.offline),
   output tokens per second.
+- `--alternatives` (CPU): every way this torch offers to multiply the model's decoder projections
+  for one token, timed over all of them (each layer its own weight, so they come from memory as
+  in a decode step), and the accuracy of fbgemm's plain 8-bit activations on the real model:
+  why the engine runs fbgemm on two 7-bit rows (ops/quant_cpu.py).
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ import argparse
 import statistics
 import sys
 import time
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from minisgl.ops import INT8
 from minisgl.quant.model import weight_bytes
 from minisgl.utils.hf import resolve_model
 
@@ -79,13 +87,19 @@ def main() -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--dummy-weight", action="store_true")
     p.add_argument("--variants", default="none,int8", help="comma-separated: none, int8, fp8")
-    p.add_argument("--batch-sizes", default="1", help="comma-separated decode batch sizes")
+    p.add_argument("--batch-sizes", default="1",
+                   help="comma-separated decode batch sizes (empty: no decode timing)")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--alternatives", action="store_true",
+                   help="CPU: time the int8 kernels torch offers, and fbgemm's 8-bit activations")
     p.add_argument("--official", action="store_true",
                    help="also the official bench.py workload, one LLM at a time")
     args = p.parse_args()
     variants = args.variants.split(",")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model = str(resolve_model(args.model, dummy_weight=args.dummy_weight))
     base = dict(dtype=args.dtype, device=args.device, dummy_weight=args.dummy_weight,
                 max_seq_len=1024, max_running_reqs=64, seed=0)
@@ -118,24 +132,104 @@ def main() -> None:
             same = sum(a == b for x, y in zip(outs[v], outs[variants[0]]) for a, b in zip(x, y))
             print(f"perplexity {v:<5} {ppl[v]:8.3f}  ratio {ppl[v] / ppl[variants[0]]:.4f}  "
                   f"agreement {same}/{16 * len(chat)} greedy tokens", flush=True)
-    for batch in [int(b) for b in args.batch_sizes.split(",")]:
+    for batch in [int(b) for b in args.batch_sizes.split(",") if b]:
         for llm in llms.values():  # warm-up: kernels compiled, graphs captured, caches filled
             timed(llm, batch, 4)
-        per_step = {v: [] for v in variants}
+        ones, manys = {v: [] for v in variants}, {v: [] for v in variants}
         for _ in range(args.repeat):
             for v, llm in llms.items():
-                one, many = timed(llm, batch, 1), timed(llm, batch, 1 + args.tokens)
-                per_step[v].append((many - one) / args.tokens * 1000)
-        first = statistics.median(per_step[variants[0]])
+                ones[v].append(timed(llm, batch, 1))
+                manys[v].append(timed(llm, batch, 1 + args.tokens))
+
+        best = {v: step_ms(ones[v], manys[v], args.tokens, min) for v in variants}
+        median = {v: step_ms(ones[v], manys[v], args.tokens, statistics.median)
+                  for v in variants}
+        first = variants[0]
         for v in variants:
-            ms = statistics.median(per_step[v])
-            print(f"decode {v:<5} bs {batch:<3} {ms:8.3f} ms/step  ratio {first / ms:.2f}x  "
-                  f"(runs: {', '.join(f'{t:.2f}' for t in per_step[v])})", flush=True)
+            print(f"decode {v:<5} bs {batch:<3} {best[v]:8.3f} ms/step  ratio "
+                  f"{best[first] / best[v]:.2f}x  (median {median[v]:.3f} ms/step, ratio "
+                  f"{median[first] / median[v]:.2f}x)", flush=True)
+    if args.alternatives:
+        alternatives(model, llms, variants, args.repeat)
     for llm in llms.values():
         llm.shutdown()
     del llms
     if args.official:
         official(args, variants)
+
+
+def step_ms(ones: list[float], manys: list[float], tokens: int, pick) -> float:
+    """ms per decode step from the runs of 1 and of 1 + tokens tokens (best or median of each)."""
+    return (pick(manys) - pick(ones)) / tokens * 1000
+
+
+def fbgemm_8bit(x: torch.Tensor, weight, scale: torch.Tensor, bias) -> torch.Tensor:
+    """fbgemm as it is: the activations rounded to 7 bits (reduce_range), one range per call."""
+    y = torch.ops.quantized.linear_dynamic(x.reshape(-1, x.shape[-1]).float(), weight, True)
+    return (y if bias is None else y + bias).to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+
+
+@contextmanager
+def eight_bit_activations():
+    """The registry's fbgemm implementation of linear_int8 swapped for fbgemm_8bit meanwhile."""
+    saved = INT8.linear.faster
+    INT8.linear.faster = [replace(i, fn=fbgemm_8bit) if i.kind == "fbgemm" else i for i in saved]
+    try:
+        yield
+    finally:
+        INT8.linear.faster = saved
+
+
+def alternatives(model: str, llms: dict, variants: list[str], repeat: int) -> None:
+    from minisgl.models.weight import load_model
+    from minisgl.ops.quant_cpu import linear_int8_fbgemm, pack_int8
+    from minisgl.quant.model import QUANTIZED_LAYERS, sub_ops
+    from minisgl.quant.quantize import quantize_int8
+
+    weights = [op.weight for op in sub_ops(load_model(model)) if isinstance(op, QUANTIZED_LAYERS)]
+    xs = [torch.randn(1, w.shape[1]) for w in weights]
+    int8 = [quantize_int8(w) for w in weights]
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w, 32) for w in weights]
+    fbgemm = [pack_int8(q, s) for q, s in int8]
+    kernels = {
+        "fp32 F.linear": lambda i: F.linear(xs[i], weights[i]),
+        "fp32 oneDNN, packed (the engine's fp32)":
+            lambda i: torch.ops.mkldnn._linear_pointwise(xs[i], packed[i], None, "none", [], ""),
+        "int8 torch._weight_int8pack_mm":
+            lambda i: torch._weight_int8pack_mm(xs[i], int8[i][0], int8[i][1]),
+        "int8 dequantized copy + F.linear": lambda i: F.linear(xs[i], int8[i][0].float())
+            * int8[i][1],
+        "int8 fbgemm, 8-bit activations": lambda i: fbgemm_8bit(xs[i], fbgemm[i], None, None),
+        "int8 fbgemm, two 7-bit rows (the engine's int8)":
+            lambda i: linear_int8_fbgemm(xs[i], fbgemm[i], int8[i][1], None),
+    }
+    print(f"one token through the {len(weights)} decoder projections, best of {repeat}:")
+    for name, kernel in kernels.items():
+        def run(kernel=kernel) -> None:
+            for i in range(len(weights)):
+                kernel(i)
+
+        run()
+        best = min(timed_call(run) for _ in range(repeat))
+        print(f"  kernel {name:<48} {best * 1000:8.2f} ms", flush=True)
+    if "int8" in llms:
+        with eight_bit_activations():
+            text = PASSAGE.read_text(encoding="utf-8")
+            ppl = perplexity(llms["int8"], text)
+            base = llms[variants[0]]
+            chat = [base.tokenizer.apply_chat_template([{"role": "user", "content": q}])
+                    for q in CHAT_PROMPTS[:8]]
+            got, want = greedy(llms["int8"], chat), greedy(base, chat)
+            same = sum(a == b for x, y in zip(got, want) for a, b in zip(x, y))
+            print(f"perplexity int8-a8 {ppl:8.3f}  ratio {ppl / perplexity(base, text):.4f}  "
+                  f"agreement {same}/{16 * len(chat)} greedy tokens (fbgemm's 8-bit "
+                  f"activations)", flush=True)
+
+
+def timed_call(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def model_bytes(model: str, args: argparse.Namespace, variant: str) -> int:
