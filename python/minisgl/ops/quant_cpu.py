@@ -17,18 +17,21 @@ exactly:
     coarse = round(t)                          (integers in [-63, 63])
     fine = 126 * (t - coarse)                  (in [-63, 63]; fbgemm rounds it)
 
-plus one pinning row [-63, 64, 0, ...], which makes fbgemm's range exactly [-63, 64], so its
-scale is exactly 1 and every integer passes through unrounded. Then
+and fbgemm is told the activations' scale and zero point instead of finding them itself
+(`quantized::linear_with_input_q_dq_qweight_dq_output_fp32`): scale 1 and zero point 64, so
+every integer in [-63, 63] becomes the byte t + 64 in [1, 127] unrounded (7 bits, as AVX2
+needs). Then
 
     y = step * (W coarse + W fine / 126)
 
 with x rounded to 1/126 of a step, max|x_row| / 7938: about 13 bits per token, finer than bf16.
-The weight is read once for all 2M + 1 rows. fbgemm keeps the int8 weight padded to its blocks
+The weight is read once for all 2M rows. fbgemm keeps the int8 weight padded to its blocks
 (K up to a multiple of 512 here): SmolLM2's K = 576 rows take 1024 bytes.
 
 The packed weight is an opaque torch.ScriptObject: only this implementation takes it, and the
-engine packs the int8 weights of a CPU model once after loading (layers/cpu_pack.py), as it packs
-fp32 weights for oneDNN. torch marks its quantized tensors deprecated; they still work in 2.13.
+engine packs the int8 weights of a CPU model once after loading (quant/model.py), as chapter 20
+packs fp32 weights for oneDNN. torch marks its quantized tensors deprecated; they still work in
+2.13.
 """
 
 from __future__ import annotations
@@ -42,14 +45,16 @@ import torch
 from .quant_linear import INT8
 from .registry import Impl
 
-COARSE = 63  # |coarse| <= 63: 7-bit values, what reduce_range quantizes exactly
+COARSE = 63  # |coarse| <= 63
 FINE = 126  # the fine row counts 1/126 of a step
+INF = float("inf")
+ZERO_POINT = 64  # [-63, 63] + 64 = [1, 127]: 7-bit bytes, whose pair sums fit AVX2's 16 bits
 
 
 @cache
 def fbgemm_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(
-        torch.ops.quantized, "linear_dynamic")
+        torch.ops.quantized, "linear_with_input_q_dq_qweight_dq_output_fp32")
 
 
 def can_pack_int8(weight: Any) -> bool:
@@ -70,34 +75,26 @@ def fbgemm_packed(_x: torch.Tensor, weight: Any = None, *_: Any) -> bool:
     return isinstance(weight, torch.ScriptObject)
 
 
-_pins: dict[int, torch.Tensor] = {}
-
-
-def _pin(k: int) -> torch.Tensor:
-    """The row [-63, 64, 0, ...] of length k (kept: one per K)."""
-    if k not in _pins:
-        pin = torch.zeros(1, k)
-        pin[0, 0], pin[0, 1] = -COARSE, COARSE + 1
-        _pins[k] = pin
-    return _pins[k]
-
-
 def linear_int8_fbgemm(x: torch.Tensor, weight: torch.ScriptObject, scale: torch.Tensor,
                        bias: torch.Tensor | None) -> torch.Tensor:
-    """linear_int8 with a packed weight (its scales are inside it; `scale` is the same)."""
-    rows = x.reshape(-1, x.shape[-1]).float()
+    """linear_int8 with a packed weight (its scales are inside it; `scale` is the same).
+
+    A dozen small ops around one fbgemm call, each a few microseconds on a slow CPU: the ones
+    that would change nothing (a reshape, a cast to the same dtype) are skipped."""
+    plain = x.dim() == 2 and x.dtype == torch.float32
+    rows = x if plain else x.reshape(-1, x.shape[-1]).float()
     m = rows.shape[0]
-    step = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True)
-    step = step.clamp_(min=1e-30).div_(COARSE)
+    step = torch.linalg.vector_norm(rows, INF, 1, True)
+    step = step.clamp_(min=1e-30).div_(COARSE)  # a row of zeros stays zeros, not 0 / 0
     t = rows / step
     coarse = t.round()
     fine = t.sub_(coarse).mul_(FINE)
-    both = torch.ops.quantized.linear_dynamic(torch.cat([coarse, fine, _pin(rows.shape[1])]),
-                                              weight, True)
-    y = torch.add(both[:m], both[m : 2 * m], alpha=1 / FINE).mul_(step)
+    both = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        torch.cat([coarse, fine]), 1.0, ZERO_POINT, weight)
+    y = both[:m].add_(both[m:], alpha=1 / FINE).mul_(step)
     if bias is not None:
-        y += bias.float()
-    return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+        y += bias
+    return y if plain else y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
 
 
 # Available wherever a packed weight exists: one is made only where fbgemm_available() said so.
