@@ -241,6 +241,58 @@ def test_fp8_reference_quantizes_each_token_with_its_own_scale():
     assert ((y - exact).abs() <= exact.abs().max() * 0.1).all()  # e4m3: a few % per product
 
 
+def test_fp8_quantizer_kernel_matches_torch():
+    """One program per token: its scale exactly torch's; its e4m3 values torch's too, except, under
+    Triton's interpreter, where rounding carries into the exponent and among the subnormals (the
+    interpreter's fp32 -> e4m3 conversion gets those wrong: it writes half the right power of
+    two, or a neighbouring subnormal). On a GPU only a value on an exact rounding tie may
+    differ."""
+    from minisgl.kernel.triton import quantize_fp8_rows
+
+    gen = fresh_gen()
+    x = randn(6, 300, gen=gen, scale=3.0)
+    x[2] = 0  # a padding row: scale MIN_SCALE, values 0
+    xq, sx = quantize_fp8_rows(x.to(DEVICE))
+    want_q, want_s = quantize_fp8_rows_torch(x)
+    torch.testing.assert_close(sx.cpu(), want_s, rtol=1e-6, atol=0)
+    got, want = xq.cpu().float(), want_q.float()
+    differ = got != want
+    if DEVICE == "cpu":
+        expected, written = want[differ], got[differ]
+        carried = (expected.abs().log2().frac() == 0) & (written * 2 == expected)
+        subnormal = (expected.abs() < 2.0**-6) & ((written - expected).abs() <= 2.0**-8)
+        assert (carried | subnormal).all()
+    assert differ.float().mean().item() <= (0.05 if DEVICE == "cpu" else 1e-3)
+
+
+def test_scaled_mm_matches_the_fp8_reference():
+    """The fp8 implementation the GPU picks (per-token quantization, then torch._scaled_mm with
+    row-wise scales and a bf16 result), here on DEVICE (torch has a CPU _scaled_mm too), within
+    bf16 rounding of the reference."""
+    gen = fresh_gen()
+    q, scale = quantize_fp8(randn(48, 128, gen=gen, scale=0.05))
+    b = randn(48, gen=gen, dtype=torch.bfloat16)
+    for m in (1, 7):
+        x = randn(m, 128, gen=gen, dtype=torch.bfloat16, scale=3.0).to(DEVICE)
+        for bias in (None, b.to(DEVICE)):
+            got = ops.linear_fp8.implementation("scaled_mm")(x, q.to(DEVICE), scale.to(DEVICE),
+                                                             bias)
+            want = linear_fp8_torch(x, q.to(DEVICE), scale.to(DEVICE), bias)
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_registry_picks_by_device_and_format():
+    """On a CPU every 8-bit op runs its reference, except linear_int8 over a weight packed for
+    fbgemm; the fused ops' checks look at x only (their second argument may be None)."""
+    q, scale = quantize_int8(torch.randn(16, 32))
+    x, norm_w = torch.randn(1, 32), torch.ones(32)
+    assert ops.INT8.norm_linear.kind_for(x, None, norm_w, 1e-6, q, scale, None) == "torch"
+    assert ops.INT8.silu_linear.kind_for(torch.randn(1, 64), q, scale, None) == "torch"
+    assert ops.INT8.linear.kind_for(x, q, scale, None) == "torch"
+    assert ops.INT8.linear.kind_for(x, pack_int8(q, scale), scale, None) == "fbgemm"
+    assert ops.FP8.linear.kind_for(x, *quantize_fp8(torch.randn(16, 32)), None) == "torch"
+
+
 # ------------------------------------------------------------------ the registry and models
 
 

@@ -26,14 +26,6 @@ from .registry import Impl
 from .triton_impls import fused_kernels_on, kernels, one_token
 
 
-def gpu_int8(x: torch.Tensor, weight: torch.Tensor, *_: Any) -> bool:
-    return x.is_cuda and weight.dtype == torch.int8
-
-
-def one_token_int8(x: torch.Tensor, weight: torch.Tensor, *_: Any) -> bool:
-    return one_token(x) and weight.dtype == torch.int8
-
-
 def linear_int8_triton(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                        bias: torch.Tensor | None) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])
@@ -79,10 +71,12 @@ def linear_fp8_scaled_mm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Ten
     return out.to(x.dtype).reshape(*x.shape[:-1], weight.shape[0])
 
 
-INT8.linear.add(Impl("triton", linear_int8_triton, takes=gpu_int8, available=fused_kernels_on))
-INT8.norm_linear.add(Impl("triton", norm_linear_int8_gemv, takes=one_token_int8,
+# (Each op is int8's own, so its weight is int8: the checks look at x only, and the fused ops'
+# second argument is the residual, not the weight.)
+INT8.linear.add(Impl("triton", linear_int8_triton, available=fused_kernels_on))
+INT8.norm_linear.add(Impl("triton", norm_linear_int8_gemv, takes=one_token,
                           available=fused_kernels_on))
-INT8.silu_linear.add(Impl("triton", silu_linear_int8_gemv, takes=one_token_int8,
+INT8.silu_linear.add(Impl("triton", silu_linear_int8_gemv, takes=one_token,
                           available=fused_kernels_on))
 quantize_fp8_rows.add(Impl("triton", quantize_fp8_rows_triton, available=fused_kernels_on))
 FP8.linear.add(Impl("scaled_mm", linear_fp8_scaled_mm, takes=scaled_mm_fits,
