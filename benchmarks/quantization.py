@@ -96,10 +96,15 @@ def main() -> None:
                    help="CPU: time the int8 kernels torch offers, and fbgemm's 8-bit activations")
     p.add_argument("--official", action="store_true",
                    help="also the official bench.py workload, one LLM at a time")
+    p.add_argument("--official-only", action="store_true",
+                   help="only the official workload (no engines side by side first)")
     args = p.parse_args()
     variants = args.variants.split(",")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.official_only:
+        official(args, variants)
+        return
     model = str(resolve_model(args.model, dummy_weight=args.dummy_weight))
     base = dict(dtype=args.dtype, device=args.device, dummy_weight=args.dummy_weight,
                 max_seq_len=1024, max_running_reqs=64, seed=0)

@@ -25,7 +25,7 @@ step quant_gemv 90 python benchmarks/quant_gemv.py
 step quant_decode 130 python benchmarks/quantization.py $QWEN --variants none,int8,fp8 \
   --batch-sizes 1,64 --tokens 128 --repeat 3
 step quant_official 150 python benchmarks/quantization.py $QWEN --variants none,fp8,int8 \
-  --batch-sizes "" --official
+  --official-only
 step test_ch26_rest 120 python -m pytest -q -p no:cacheprovider -rs -m "not gpu" \
   -k "not smollm2 and not greedy and not perplexity and not before_loading" \
   tests/test_ch26_quantization.py
