@@ -22,7 +22,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "minisgl"
 ENGINE_PACKAGES = ("kernel", "layers", "engine", "attention", "moe", "models", "kvcache",
-                   "scheduler", "ops", "speculative", "grammar")
+                   "scheduler", "ops", "speculative", "grammar", "quant")
 
 # minisgl's packages and top-level modules, from the ground floor up. A package imports only from
 # floors below its own; a new package gets its floor here.
@@ -33,6 +33,7 @@ FLOORS = (
     ("kernel",),  # torch_ops, the CUDA extension, the Triton kernels
     ("ops",),  # the op registry: each op's reference and its faster implementations
     ("layers", "kvcache"),
+    ("quant",),  # which layers are stored in 8 bits, quantized after loading (chapter 26)
     ("models", "attention"),
     ("engine", "tokenizer", "trace", "shell"),
     # guesses and their verification, on the engine (chapter 24); grammars that constrain the

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minisgl.quant import check_quantization
 from minisgl.utils.cpu import preferred_cpu_dtype
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -71,6 +72,11 @@ class EngineConfig:
     # chapter 24): the pool size from memory_ratio / cpu_kv_bytes leaves room for it.
     extra_kv_bytes_per_token: int = 0
     # <<< ch24
+    # >>> ch26
+    # Store the decoder's linear weights in 8 bits (chapter 26): "int8" (weight-only) or "fp8"
+    # (e4m3 weights and per-token activations, GPUs with FP8 only); None keeps `dtype`.
+    quantization: str | None = None
+    # <<< ch26
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
@@ -89,3 +95,6 @@ class EngineConfig:
         if self.tp_size < 1:
             raise ValueError(f"tp_size must be >= 1, got {self.tp_size}")
         # <<< ch17
+        # >>> ch26
+        self.quantization = check_quantization(self.quantization, self.device)
+        # <<< ch26

@@ -31,6 +31,7 @@ from minisgl.layers.cpu_pack import pack_linears
 from minisgl.models.config import ModelConfig
 from minisgl.models.weight import load_model
 from minisgl.ops import hook
+from minisgl.quant.model import pack_int8_linears
 from minisgl.utils import init_logger
 from minisgl.utils.cpu import describe_threads
 from minisgl.utils.transfer import to_device
@@ -106,6 +107,9 @@ class Engine:
         self.device = torch.device(config.device)
         self.model_config = ModelConfig.from_path(config.model_path)
         self.model = load_model(config.model_path, dtype=config.dtype, device=self.device,
+                                # >>> ch26
+                                quantization=config.quantization,
+                                # <<< ch26
                                 dummy_weight=config.dummy_weight, config=self.model_config)
         # >>> ch20
         if self.device.type == "cpu":
@@ -115,6 +119,10 @@ class Engine:
             if packed := pack_linears(self.model):
                 logger.info("packed %d linear weights for oneDNN", packed)
         # <<< ch20
+        # >>> ch26
+        if self.device.type == "cpu" and (packed := pack_int8_linears(self.model)):
+            logger.info("packed %d int8 weights for fbgemm", packed)
+        # <<< ch26
         mc = self.model_config
         # With tensor parallelism this rank holds (and caches K/V for) its own heads only.
         tp = get_tp_info()

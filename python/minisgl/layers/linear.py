@@ -12,6 +12,11 @@ gate_up_proj -> SiLU-and-mul -> down_proj.
 q/k/v and gate/up are merged into one weight each, so one matrix multiply computes all of them;
 each rank's weight is its slice of every part, stacked in the same order (models/shard.py cuts them
 while the checkpoint is read).
+
+A layer's weight may be quantized after loading (chapter 26, minisgl.quant): 8-bit values with one
+scale per output row, `weight_scale`, and the scheme whose ops multiply that format, `quant`.
+`matmul` is then the scheme's op instead of the plain one; everything around it (the tensor-
+parallel sums, the bias added once) stays as it was.
 """
 
 from __future__ import annotations
@@ -28,9 +33,19 @@ class _Linear(BaseOP):
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         self.weight = torch.empty(out_features, in_features)
         self.bias = torch.empty(out_features) if bias else None
+        # Plain until minisgl.quant quantizes the weight (chapter 26): then its row scales and
+        # the scheme whose ops multiply it.
+        self.weight_scale: torch.Tensor | None = None
+        self.quant: ops.QuantScheme | None = None
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x W^T + bias with this layer's weight, in whatever format it is stored."""
+        if self.quant is None:
+            return ops.linear(x, self.weight, bias)
+        return self.quant.linear(x, self.weight, self.weight_scale, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.linear(x, self.weight, self.bias)
+        return self.matmul(x, self.bias)
 
 
 class LinearReplicated(_Linear):
@@ -74,18 +89,21 @@ class LinearRowParallel(_Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._tp == 1:
-            return ops.linear(x, self.weight, self.bias)
-        y = all_reduce(ops.linear(x, self.weight, None))
+            return self.matmul(x, self.bias)
+        y = all_reduce(self.matmul(x, None))
         return y if self.bias is None else y + self.bias
 
-    # >>> ch20
     def forward_silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """forward(silu_and_mul(gate_up)) as one op, which a batch-1 decode step on a GPU runs in
         one kernel (ops/fused_linear.py). Each rank's gate_up holds its own slice of gate and of
         up, so the activation needs nothing from other ranks; the partial sums are reduced and
         the bias added once, as in forward."""
+        bias = self.bias if self._tp == 1 else None
+        if self.quant is None:
+            y = ops.silu_and_mul_linear(gate_up, self.weight, bias)
+        else:
+            y = self.quant.silu_linear(gate_up, self.weight, self.weight_scale, bias)
         if self._tp == 1:
-            return ops.silu_and_mul_linear(gate_up, self.weight, self.bias)
-        y = all_reduce(ops.silu_and_mul_linear(gate_up, self.weight, None))
+            return y
+        y = all_reduce(y)
         return y if self.bias is None else y + self.bias
-    # <<< ch20

@@ -40,6 +40,11 @@ def norm_then_linear(norm: RMSNormFused, proj: LinearQKVMerged | LinearColParall
     batch-1 decode step on a GPU runs in one kernel. proj is column-parallel (qkv_proj,
     gate_up_proj): its input is the whole row on every rank, so each rank normalises the row
     itself and no communication is needed."""
+    # >>> ch26
+    if proj.quant is not None:  # an 8-bit weight (chapter 26): the same pair, its scheme's op
+        return proj.quant.norm_linear(x, residual, norm.weight, norm.eps, proj.weight,
+                                      proj.weight_scale, proj.bias)
+    # <<< ch26
     return ops.fused_add_rms_norm_linear(x, residual, norm.weight, norm.eps, proj.weight,
                                          proj.bias)
 

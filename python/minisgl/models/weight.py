@@ -14,6 +14,7 @@ import torch
 from safetensors import safe_open
 
 from minisgl.distributed import get_tp_info
+from minisgl.quant.model import quantize_model, weight_bytes
 from minisgl.utils import init_logger
 from minisgl.utils.misc import MinisglError
 
@@ -120,6 +121,9 @@ def init_dummy_weights(model: CausalLM, seed: int = 0) -> None:
 
 def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", dummy_weight: bool = False,
+               # >>> ch26
+               quantization: str | None = None,
+               # <<< ch26
                config: ModelConfig | None = None) -> CausalLM:
     """The folder's model with its weights; pass `config` when the caller has already read it."""
     model_dir = Path(model_dir)
@@ -142,6 +146,12 @@ def load_model(model_dir: str | Path, *, dtype: torch.dtype = torch.float32,
             model.load_state_dict(load_hf_weights(model_dir, config))
         except (KeyError, ValueError) as e:
             raise MinisglError(f"{model_dir}: {e.args[0]}") from None
+    # >>> ch26
+    if quantization is not None:  # 8-bit projections (chapter 26), each quantized where it lies
+        quantized = quantize_model(model, quantization)
+        logger.info("quantized %d linear weights to %s: the weights now take %.0f MiB",
+                    quantized, quantization, weight_bytes(model) / 2**20)
+    # <<< ch26
     count = sum(t.numel() for _, t in model.named_weights())
     logger.info("weights ready: %.1fM parameters in %.1f s", count / 1e6,
                 time.perf_counter() - started)

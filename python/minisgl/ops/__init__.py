@@ -26,3 +26,8 @@ from . import cuda_impls  # adds the CUDA kernels to store_kv and embedding
 from .fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear
 from . import triton_impls  # adds the Triton kernels to the ops above
 from . import cpu_impls  # adds oneDNN's packed-weight linear (CPU)
+# >>> ch26
+from .quant_linear import FP8, INT8, SCHEMES, QuantScheme, linear_fp8, linear_int8
+from . import quant_gpu  # adds the Triton int8 kernels and torch._scaled_mm (GPU)
+from . import quant_cpu  # adds fbgemm's int8 matrix multiply over packed weights (CPU)
+# <<< ch26

@@ -15,6 +15,7 @@ import torch
 from minisgl.attention import BACKENDS
 from minisgl.engine.config import DTYPES, default_device, resolve_dtype
 from minisgl.kvcache import PREFIX_CACHE_KINDS
+from minisgl.quant import QUANTIZATIONS
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.config import SPECULATIVE_ALGORITHMS
 from minisgl.speculative import resolve_draft
@@ -157,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="structured output (response_format, json_schema, regex, ebnf): "
                         "xgrammar compiles the grammars, none refuses them with a 400")
     # <<< ch25
+    # >>> ch26
+    p.add_argument("--quantization", default=None, type=str.lower, choices=list(QUANTIZATIONS),
+                   help="store the decoder's linear weights in 8 bits: int8 (weight-only) or "
+                        "fp8 (e4m3 weights and activations, GPUs with FP8 only); None: --dtype")
+    # <<< ch26
     p.add_argument("--num-pages", type=int, default=None,
                    help="KV pool size in pages (None: from --memory-ratio on a GPU, a fixed "
                         "size on a CPU)")
@@ -252,6 +258,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             # >>> ch25
             grammar_backend=ns.grammar_backend,
             # <<< ch25
+            # >>> ch26
+            quantization=ns.quantization,
+            # <<< ch26
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,
         )

@@ -48,3 +48,15 @@ __all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_spli
            "gemv_silu_and_mul", "max_num_splits", "qk_norm_rope", "rms_norm", "sample",
            "silu_and_mul"]
 # <<< ch20
+# >>> ch26
+from .quant_linear import (  # noqa: E402
+    gemm_int8,
+    gemv_int8,
+    gemv_int8_rmsnorm,
+    gemv_int8_silu_and_mul,
+    quantize_fp8_rows,
+)
+
+__all__ += ["gemm_int8", "gemv_int8", "gemv_int8_rmsnorm", "gemv_int8_silu_and_mul",
+            "quantize_fp8_rows"]
+# <<< ch26

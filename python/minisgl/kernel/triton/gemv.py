@@ -88,6 +88,9 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
                  HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  # the prologues' arguments; the plain GEMV leaves them out
                  r_ptr=None, norm_w_ptr=None, r_out_ptr=None, eps=0.0,
+                 # >>> ch26
+                 scale_ptr=None, SCALED: tl.constexpr = False,  # an int8 weight's row scales
+                 # <<< ch26
                  NORM: tl.constexpr = False, RESIDUAL: tl.constexpr = False,
                  GATED: tl.constexpr = False, ROW_BLOCK: tl.constexpr = 1):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -105,6 +108,10 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
         x = _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale, NORM, RESIDUAL, GATED)
         acc += w.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
+    # >>> ch26
+    if SCALED:  # int8 weights (chapter 26): w = q * scale[row], so the row's sum is scaled once
+        y *= tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
+    # <<< ch26
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
