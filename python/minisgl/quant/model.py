@@ -9,8 +9,9 @@ On a CPU the engine then packs the int8 weights for fbgemm (pack_int8_linears), 
 the plain int8 tensors.
 
 Each weight is quantized where it lies, one at a time after loading: the full-precision matrix is
-freed as soon as its 8-bit copy exists. On a GPU the freed blocks are handed back to the driver
-(torch.cuda.empty_cache) so that the KV pool, sized afterwards from the free memory, gets them.
+freed as soon as its 8-bit copy exists. On a GPU the 8-bit copies are parked on the host until
+all of them exist, the freed blocks are handed back to the driver (torch.cuda.empty_cache), and
+then the copies come back: the KV pool, sized afterwards from the free memory, gets the savings.
 """
 
 from __future__ import annotations
@@ -56,10 +57,21 @@ def quantize_model(model: BaseOP, name: str) -> int:
     layers = [op for op in sub_ops(model) if isinstance(op, QUANTIZED_LAYERS)]
     if name == "fp8" and layers:
         require_fp8(layers[0].weight.device)
+    device = layers[0].weight.device if layers else None
+    on_gpu = device is not None and device.type == "cuda"
     for layer in layers:
-        layer.weight, layer.weight_scale = quantize(layer.weight)
+        q, scale = quantize(layer.weight)
+        # On a GPU the 8-bit copies wait on the host until every full-precision matrix (and the
+        # fp32 temporaries of quantizing it) is gone: made in place, they would sit in the middle
+        # of the freed blocks, which could then not be handed back (the KV pool grew by 56% of
+        # the saved bytes on an H100 that way).
+        layer.weight, layer.weight_scale = (q.cpu(), scale.cpu()) if on_gpu else (q, scale)
         layer.quant = scheme
-    if layers and layers[0].weight.is_cuda:
+    if on_gpu:
+        torch.cuda.empty_cache()
+        for layer in layers:
+            layer.weight = layer.weight.to(device)
+            layer.weight_scale = layer.weight_scale.to(device)
         torch.cuda.empty_cache()
     return len(layers)
 

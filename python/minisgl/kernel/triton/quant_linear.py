@@ -166,7 +166,9 @@ def _quantize_fp8_kernel(x_ptr, q_ptr, s_ptr, K, stride_x, stride_q, BLOCK: tl.c
     for k0 in range(0, K, BLOCK):
         ks = k0 + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * stride_x + ks, mask=ks < K, other=0.0).to(tl.float32)
-        q = tl.minimum(tl.maximum(x / sx, -FP8_MAX), FP8_MAX)
+        # div_rn: IEEE-rounded division, as torch's. Triton's `/` is the fast approximate one,
+        # which moved 0.11% of the values to the neighbouring e4m3 number on an H100.
+        q = tl.minimum(tl.maximum(tl.math.div_rn(x, sx), -FP8_MAX), FP8_MAX)
         tl.store(q_ptr + row * stride_q + ks, q.to(q_ptr.dtype.element_ty), mask=ks < K)
     tl.store(s_ptr + row, sx)
 
