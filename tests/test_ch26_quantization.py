@@ -486,10 +486,17 @@ def test_fp8_quantizer_kernel_and_scaled_mm_on_gpu():
     gen = fresh_gen()
     x = randn(37, 1024, gen=gen, dtype=torch.bfloat16, scale=3.0)
     xq, sx = quantize_fp8_rows(x.cuda())
+    # torch on the same GPU converts to e4m3 as the kernel does: equal, bit for bit
+    same_q, same_s = quantize_fp8_rows_torch(x.cuda())
+    assert torch.equal(sx, same_s) and torch.equal(xq.float(), same_q.float())
+    # torch on the CPU rounds some exact ties the other way (x / s = 76 between 72 and 80, on
+    # an H100 0.13% of these bf16 inputs): where they differ, both are equally near
     want_q, want_s = quantize_fp8_rows_torch(x)
     torch.testing.assert_close(sx.cpu(), want_s, rtol=1e-6, atol=0)
-    differ = (xq.cpu().float() != want_q.float()).float().mean().item()
-    assert differ <= 1e-3  # only values on a rounding tie may round the other way
+    differ = xq.cpu().float() != want_q.float()
+    exact = (x.float() / want_s)[differ]
+    torch.testing.assert_close((exact - xq.cpu().float()[differ]).abs(),
+                               (exact - want_q.float()[differ]).abs(), rtol=1e-5, atol=0)
     q, scale = quantize_fp8(randn(512, 1024, gen=gen, scale=0.05))
     for m in (1, 37):
         xs = x[:m].cuda()
