@@ -45,16 +45,16 @@ class _Pending:
 
 
 class GrammarManager:
-    def __init__(self, model_path: str, vocab_size: int, stop_token_ids: tuple[int, ...],
-                 prepare_now: bool = False) -> None:
-        """prepare_now: build the vocabulary description at once (in the background) instead
-        of when the first grammar arrives, which then waits for it."""
-        self.vocab_size = vocab_size
+    def __init__(self, model_path: str, vocab_size: int,
+                 stop_token_ids: tuple[int, ...]) -> None:
         self.compiler = GrammarCompiler(model_path, vocab_size, stop_token_ids)
-        if prepare_now:
-            self.compiler.prepare()
         self.pending: list[_Pending] = []
         self.matchers: dict[int, Any] = {}  # uid -> xgrammar.GrammarMatcher
+
+    def prepare(self) -> None:
+        """Build the vocabulary description now, on the compile thread, instead of when the
+        first grammar arrives (which then waits for it)."""
+        self.compiler.prepare()
 
     def submit(self, req: Req) -> None:
         key = grammar_of(req.sampling_params)

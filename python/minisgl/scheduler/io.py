@@ -150,5 +150,13 @@ def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: st
         io.followers = FollowerLinks(tp.links)
         watch_other_nodes(tp, io.followers.socks)
     ready.put([ReadyMsg(name)])
+    # >>> ch25
+    if scheduler.grammar is not None and scheduler.engine.device.type == "cuda":
+        # A GPU server builds the vocabulary description now, on the compile thread (8-13 s
+        # for Qwen3, holding the GIL much of it), so that the first grammar does not wait for
+        # it. Offline LLM runs and CPU servers, where most never ask for a grammar, build it
+        # when the first grammar comes.
+        scheduler.grammar.prepare()
+    # <<< ch25
     with torch.inference_mode():
         io.run_forever()

@@ -112,11 +112,10 @@ class Scheduler:
         # >>> ch25
         self.grammar: GrammarManager | None = None
         if config.grammar_backend != "none":
-            mc = self.engine.model_config
-            # A GPU server prepares the vocabulary at start (seconds for a large one); a CPU,
-            # where most runs never ask for a grammar, only when the first grammar comes.
-            self.grammar = GrammarManager(config.model_path, mc.vocab_size, self.eos_token_ids,
-                                          prepare_now=self.engine.device.type == "cuda")
+            # The vocabulary description is built when the first grammar comes (a GPU server
+            # starts it at once: see scheduler/io.py).
+            self.grammar = GrammarManager(config.model_path, self.engine.model_config.vocab_size,
+                                          self.eos_token_ids)
         # <<< ch25
         self._in_flight: LaunchedStep | None = None
         # Requests that finished while the step in flight still computes them: their memory is
