@@ -146,10 +146,11 @@ def _check(name: str, x: torch.Tensor, x_width: int, weight: torch.Tensor,
 
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            prologue: str = "none", **prologue_args) -> torch.Tensor:
+            prologue: str = "none", config: tuple[int, int, int] | None = None,
+            **prologue_args) -> torch.Tensor:
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    block_n, block_k, warps = gemv_config(n, k, prologue)
+    block_n, block_k, warps = config or gemv_config(n, k, prologue)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue_args)

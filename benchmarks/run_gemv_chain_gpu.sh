@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Chapter 26's one-token int8 tiles on a GPU, in one command of at most ~6 min:
+#
+#   COMMIT=<hash> OUT=$OUT bash benchmarks/run_gemv_chain_gpu.sh     # carry .cache (models, wheels)
+#
+# 1. benchmarks/gemv_chain.py: each projection of Qwen3-0.6B, 28 layers' weights in a CUDA graph,
+#    bf16 and int8 with their tiles now, and a sweep of int8 tiles;
+# 2. benchmarks/quantization.py: batch-1 decode, bf16 against int8, with the tiles int8 uses now.
+set -u
+OUT=${OUT:-/tmp/gemv_chain}
+BUDGET_S=${BUDGET_S:-360}
+source "$(dirname "$0")/gpu_steps.sh"
+step gemv_chain 240 python benchmarks/gemv_chain.py
+step quant_decode_bs1 100 python benchmarks/quantization.py --device cuda --dtype bfloat16 \
+  --model Qwen/Qwen3-0.6B --dummy-weight --variants none,int8 --batch-sizes 1 --tokens 128 \
+  --repeat 3
+{ echo "$MACHINE"; echo "+++ [$SECONDS s] summary"
+  grep -H -E "best-int8|^decode|TIMED OUT|exit status" "$OUT"/gemv_chain.txt \
+    "$OUT"/quant_decode_bs1.txt; } 2>&1 | tee "$OUT/summary.txt"
