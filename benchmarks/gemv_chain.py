@@ -133,7 +133,7 @@ def main() -> None:
             except Exception as e:  # a tiling the compiler refuses (registers, shared memory)
                 print(f"  {config}: {type(e).__name__}")
         timed.sort()
-        for us, config in timed[:3]:  # the three best, timed again with every replay
+        for _us, config in timed[:3]:  # the three best, timed again with every replay
             report(label, f"int8 sweep ({prologue})", config, int8.time_us(config, args.replays),
                    n * k)
         best_lines.append(f"best-int8 {name} {n}x{k} {prologue} {timed[0][1]}")
