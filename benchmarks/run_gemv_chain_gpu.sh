@@ -10,13 +10,13 @@
 # 3. the chapter-26 GPU tests.
 set -u
 OUT=${OUT:-/tmp/gemv_chain}
-BUDGET_S=${BUDGET_S:-480}
+BUDGET_S=${BUDGET_S:-420}
 source "$(dirname "$0")/gpu_steps.sh"
-step gemv_chain 200 python benchmarks/gemv_chain.py
+step gemv_chain 180 python benchmarks/gemv_chain.py
 step quant_decode 130 python benchmarks/quantization.py --device cuda --dtype bfloat16 \
   --model Qwen/Qwen3-0.6B --dummy-weight --variants none,int8,fp8 --batch-sizes 1,64 \
   --tokens 128 --repeat 3
-step test_ch26_gpu 110 python -m pytest -q -p no:cacheprovider -rs -m gpu -s \
+step test_ch26_gpu 90 python -m pytest -q -p no:cacheprovider -rs -m gpu -s \
   tests/test_ch26_quantization.py
 { echo "$MACHINE"; echo "+++ [$SECONDS s] summary"
   grep -H -E "best-int8|^decode|^weights|passed|failed|TIMED OUT|exit status" \
