@@ -25,6 +25,9 @@ from .pieces import Piece, first_and_rest, pieces
 from .protocol import ApiError, RequestLimits, choice_params
 
 T = TypeVar("T", bound=BaseModel)
+# >>> ch27
+ROUTER_UNNAMED_MODEL = "unknown"  # what sglang-router puts in "model" when a request has none
+# <<< ch27
 
 
 @dataclass
@@ -60,6 +63,10 @@ class ServerDeps:
         return await self.parser.parse(cls, await request.body(), self.limits)
 
     def check_model(self, name: str | None) -> str:
+        # >>> ch27
+        if name == ROUTER_UNNAMED_MODEL and name not in self.model_names:
+            name = None  # sglang-router's stand-in for a request that names no model
+        # <<< ch27
         if name is not None and name not in self.model_names:
             raise ApiError(404, f"the model '{name}' does not exist; this server serves "
                                 f"'{self.model_name}'", param="model", code="model_not_found")
