@@ -299,9 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(POLICIES),
+                   help="the router's policies to run, comma-separated ('': none, with --single)")
     p.add_argument("--single", action="store_true",
-                   help="also run the workload against one server alone (the baseline)")
+                   help="also run the workload against the first server alone, no router (the "
+                        "baseline; on a GPU give it the whole pool: --workers 1 --policies '')")
     p.add_argument("--server-args", default="",
                    help="more flags for every server, e.g. '--max-running-requests 64'")
     return p
@@ -337,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(server)
             urls.append(url)
         results = compare_policies(urls, requests, args.max_tokens, args.concurrency, folder,
-                                   tuple(args.policies.split(",")), progress)
+                                   tuple(p for p in args.policies.split(",") if p), progress)
         if args.single:
             flush_caches(urls[:1])
             results["single"] = run_workload("single", urls[0], requests, args.max_tokens,
