@@ -114,6 +114,7 @@ class RunResult:
     name: str
     answers: list[Answer]
     seconds: float
+    per_worker: list[int] | None = None  # requests each server finished (behind a router)
 
     @property
     def cached_tokens(self) -> int:
@@ -141,7 +142,9 @@ class RunResult:
                 f"{self.output_tokens / self.seconds:.1f} output tok/s; TTFT mean "
                 f"{1000 * self.mean_ttft:.0f} ms, p50 {1000 * self.p50_ttft:.0f} ms; cached "
                 f"prompt tokens {self.cached_tokens} of {self.prompt_tokens} "
-                f"({100 * self.cached_tokens / max(1, self.prompt_tokens):.1f}%)")
+                f"({100 * self.cached_tokens / max(1, self.prompt_tokens):.1f}%)"
+                + ("" if self.per_worker is None else
+                   f"; requests per server {'/'.join(map(str, self.per_worker))}"))
 
 
 def run_workload(name: str, url: str, requests: list[ChatRequest], max_tokens: int,
@@ -254,6 +257,15 @@ def start_router(worker_urls: list[str], policy: str, folder: Path, timeout: flo
     return router, url
 
 
+def finished_requests(url: str) -> int:
+    """The requests a server has finished, from its Prometheus counter."""
+    status, text = http_json(url + "/metrics")
+    if status != 200:
+        raise RuntimeError(f"{url}/metrics: {status}")
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("minisgl:request_success_total{")))
+
+
 def flush_caches(worker_urls: list[str]) -> None:
     for url in worker_urls:
         status, body = http_json(url + "/flush_cache", "POST")
@@ -270,8 +282,11 @@ def compare_policies(worker_urls: list[str], requests: list[ChatRequest], max_to
         flush_caches(worker_urls)
         router, url = start_router(worker_urls, policy, folder)
         try:
+            before = [finished_requests(u) for u in worker_urls]
             results[policy] = run_workload(policy, url, requests, max_tokens, concurrency,
                                            progress)
+            results[policy].per_worker = [finished_requests(u) - b
+                                          for u, b in zip(worker_urls, before)]
         finally:
             router.stop()
     return results
