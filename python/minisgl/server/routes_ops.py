@@ -8,9 +8,6 @@ and the prefix cache's flush.
     GET  /get_model_info   SGLang's: the model's path and sizes
     GET  /get_server_info  SGLang's: the server's settings, limits and scheduler counts
     POST /flush_cache      drop the prefix cache (only while idle); no body needed
-
-Chapter 27 adds what sglang-router asks its workers: /server_info and /model_info (SGLang's newer
-names of the two above) and /get_load (each replica's requests and KV tokens).
 """
 
 from __future__ import annotations
@@ -48,6 +45,8 @@ def ops_router(deps: ServerDeps) -> APIRouter:
         return {"version": __version__}
 
     # >>> ch27
+    # What sglang-router asks its workers (chapter 27): SGLang's newer names of the two info
+    # endpoints, and /get_load below
     @router.get("/model_info")
     # <<< ch27
     @router.get("/get_model_info")
