@@ -80,11 +80,16 @@ def replica_ranks(ctx: Any, args: ServerArgs, addrs: Addresses, main: Callable[.
     return procs
 
 
-def run_replica(threads: int, main: Callable[..., None], *main_args: Any) -> None:
-    """A replica's process: its share of the CPU threads (a GPU replica computes on its GPU;
-    under --tp on a CPU, the rank group sets its own), then the scheduler."""
-    torch.set_num_threads(threads)
-    main(*main_args)
+def run_replica(threads: int, main: Callable[..., None], args: ServerArgs, recv_addr: str,
+                send_addr: str, ready_addr: str, tp: TPRank) -> None:
+    """A replica's process: on a GPU, its own GPU made the current one (streams and CUDA graphs
+    are made on the current device; a TP group sets it when it starts, a lone rank must do it
+    here); on a CPU, its share of the threads (a TP group sets its own). Then the scheduler."""
+    if args.device.startswith("cuda"):
+        torch.cuda.set_device(tp.device(args.device))
+    else:
+        torch.set_num_threads(threads)
+    main(args, recv_addr, send_addr, ready_addr, tp)
 
 
 def load_rows(stats: dict[str, Any], page_size: int) -> list[dict[str, int]]:
