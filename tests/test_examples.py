@@ -36,7 +36,7 @@ SECONDS = {
     "ch13_tokenizer_server": 24, "ch14_server": 30, "ch15_cuda_graph": 2, "ch16_overlap": 19,
     "ch17_tensor_parallel": 15, "ch18_moe": 11, "ch19_kernels": 37,
     "ch20_triton_attention": 5, "ch21_trace_capture": 29, "ch22_bench_apply": 39,
-    "ch23_end_to_end": 27, "ch24_speculative": 24, "ch26_quantization": 22,
+    "ch23_end_to_end": 27, "ch24_speculative": 24, "ch26_quantization": 22, "ch27_data_parallel": 52,
 }
 SLOW_ABOVE_S = 20
 # What a main must print besides exiting 0 (regular expressions, each on some line).

@@ -19,3 +19,6 @@ class UserMsg:
     uid: int
     input_ids: list[int]
     sampling_params: SamplingParams
+    # >>> ch27
+    dp_rank: int = 0  # the scheduler replica it is for (--dp-size, chapter 27)
+    # <<< ch27

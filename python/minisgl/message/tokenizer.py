@@ -20,6 +20,9 @@ class TokenizeMsg:
     text: str | None = None  # a completion prompt, encoded with the model's special tokens
     input_ids: list[int] | None = None  # a prompt that is already tokens
     messages: list[dict[str, Any]] | None = None  # a chat, rendered by the chat template
+    # >>> ch27
+    dp_rank: int = 0  # the scheduler replica that runs it (--dp-size, chapter 27)
+    # <<< ch27
 
 
 @message
@@ -28,6 +31,9 @@ class AbortMsg:
     """Stop a request (its client left, or a stop string ended it); sent along the same path."""
 
     uid: int
+    # >>> ch27
+    dp_rank: int = 0  # the replica running the request
+    # <<< ch27
 
 
 @message
@@ -37,3 +43,6 @@ class ControlMsg:
 
     uid: int
     command: str
+    # >>> ch27
+    dp_rank: int = 0  # the replica asked
+    # <<< ch27

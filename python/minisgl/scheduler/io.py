@@ -124,6 +124,10 @@ def run_scheduler_process(config: SchedulerConfig, recv_addr: str, send_addr: st
     tensor-parallel ranks, or the only one. Rank 0 talks to the tokenizer and the detokenizer."""
     tp = tp or TPRank(0, 1, "", ())
     name = "scheduler" if tp.size == 1 else f"scheduler-rank{tp.rank}"
+    # >>> ch27
+    if tp.replica is not None:  # one of the --dp-size replicas: scheduler-dp1, scheduler-dp1-rank0
+        name = name.replace("scheduler", f"scheduler-dp{tp.replica}")
+    # <<< ch27
     setup_worker_process()
     set_process_title(name)
     ready = PushQueue(ready_addr)

@@ -56,9 +56,18 @@ class TPRank:
     init_method: str  # torch.distributed rendezvous, e.g. tcp://127.0.0.1:29500
     links: tuple[str, ...]  # rank 0 -> rank r's message link is links[r - 1]
     ranks_per_node: int = 0  # GPUs: rank r uses cuda:(r % ranks_per_node); 0 means size
+    # >>> ch27
+    # Data parallelism (chapter 27): the --dp-size replica these ranks serve (None: the only
+    # one). Replica i's ranks use the GPUs from cuda:(i * size) on.
+    replica: int | None = None
+    # <<< ch27
 
     def device(self, device: str) -> str:
         """This rank's device: its own GPU (by its place on its machine), or the CPU."""
+        # >>> ch27
+        if self.replica is not None and device.startswith("cuda"):
+            return f"cuda:{self.replica * self.size + self.rank}"
+        # <<< ch27
         if self.size == 1 or not device.startswith("cuda"):
             return device
         return f"cuda:{self.rank % (self.ranks_per_node or self.size)}"

@@ -15,6 +15,7 @@ import torch
 from minisgl.attention import BACKENDS
 from minisgl.engine.config import DTYPES, default_device, resolve_dtype
 from minisgl.kvcache import PREFIX_CACHE_KINDS
+from minisgl.message.dp import LOAD_BALANCE_METHODS
 from minisgl.quant import QUANTIZATIONS
 from minisgl.scheduler import SchedulerConfig
 from minisgl.scheduler.config import SPECULATIVE_ALGORITHMS
@@ -25,6 +26,7 @@ from minisgl.utils.hf import default_model, resolve_model
 # (kept apart: chapter 25 adds this name to scheduler/config.py, and the trees before it drop it)
 from minisgl.scheduler.config import GRAMMAR_BACKENDS
 
+from .dp import check_data_parallel
 from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 
 
@@ -49,6 +51,12 @@ class ServerArgs(SchedulerConfig):
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None  # None: a free port on 127.0.0.1 (one machine)
+    # >>> ch27
+    # Data parallelism (chapter 27): dp_size replicas of the scheduler, each with its own KV pool
+    # (and its own --tp GPUs), behind one HTTP front; the front picks each request's replica.
+    dp_size: int = 1
+    load_balance_method: str = "round_robin"
+    # <<< ch27
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -78,6 +86,9 @@ class ServerArgs(SchedulerConfig):
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535 - self.tp_size:
                 raise ValueError(f"--dist-init-addr {self.dist_init_addr!r} must be HOST:PORT "
                                  f"with room for {self.tp_size} ports above PORT")
+        # >>> ch27
+        check_data_parallel(self)  # --dp-size and --load-balance-method (dp.py)
+        # <<< ch27
 
     def public_settings(self) -> dict[str, Any]:
         """The settings as JSON values, without the API key (/get_server_info shows them)."""
@@ -119,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dist-init-addr", default=None,
                    help="HOST:PORT of node 0 where the ranks meet (None: 127.0.0.1 and a free "
                         "port, one machine); ports PORT+1.. carry rank 0's messages")
+    # >>> ch27
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1,
+                   help="data parallel size: scheduler replicas, each with its own KV pool (and "
+                        "--tp GPUs of its own), behind one HTTP front")
+    p.add_argument("--load-balance-method", default=ServerArgs.load_balance_method,
+                   choices=list(LOAD_BALANCE_METHODS),
+                   help="how the front picks a replica: in turn, or the one with the fewest "
+                        "unfinished requests")
+    # <<< ch27
     p.add_argument("--dummy-weight", action="store_true",
                    help="random weights with the real architecture (no checkpoint needed)")
     p.add_argument("--cache", "--cache-type", dest="cache_type", default="radix",
@@ -263,7 +283,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
             # <<< ch26
             tp_size=ns.tp, nnodes=ns.nnodes, node_rank=ns.node_rank,
             dist_init_addr=ns.dist_init_addr,
+            # >>> ch27
+            dp_size=ns.dp_size, load_balance_method=ns.load_balance_method,
+            # <<< ch27
         )
     except ValueError as e:
         raise FlagError(str(e)) from None
+    # >>> ch27
+    if ns.shell and args.dp_size > 1:
+        raise FlagError("--shell talks to one replica; --dp-size > 1 is for serving")
+    # <<< ch27
     return args, ns.shell

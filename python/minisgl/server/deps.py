@@ -25,6 +25,9 @@ from .pieces import Piece, first_and_rest, pieces
 from .protocol import ApiError, RequestLimits, choice_params
 
 T = TypeVar("T", bound=BaseModel)
+# >>> ch27
+ROUTER_UNNAMED_MODEL = "unknown"  # what sglang-router puts in "model" when a request has none
+# <<< ch27
 
 
 @dataclass
@@ -60,6 +63,10 @@ class ServerDeps:
         return await self.parser.parse(cls, await request.body(), self.limits)
 
     def check_model(self, name: str | None) -> str:
+        # >>> ch27
+        if name == ROUTER_UNNAMED_MODEL and name not in self.model_names:
+            name = None  # sglang-router's stand-in for a request that names no model
+        # <<< ch27
         if name is not None and name not in self.model_names:
             raise ApiError(404, f"the model '{name}' does not exist; this server serves "
                                 f"'{self.model_name}'", param="model", code="model_not_found")
@@ -74,10 +81,30 @@ class ServerDeps:
                       stops: list[str], request: Request) -> AsyncGenerator[tuple[int, Piece]]:
         """(choice index, piece) of the n answers to one prompt (choices.py); `prompt`: the
         keywords of client.submit. Refusals are raised here, before any byte is sent."""
+        # >>> ch27
+        prompt = self.on_replica(prompt, n)
+        # <<< ch27
         gens = await start_choices(
             lambda p: self.run(self.client.submit(p, **prompt), stops, request), params, n,
             choice_params)
         return merge(gens)
+    # >>> ch27
+
+    def on_replica(self, prompt: dict[str, Any], n: int) -> dict[str, Any]:
+        """client.submit's keywords with the replica to run on (--dp-size, chapter 27): the one
+        the request named (`dp_rank`, SGLang's data_parallel_rank), checked; for n answers one
+        replica for all, so that the others find the first one's prompt in its prefix cache."""
+        dp_rank, dp_size = prompt.get("dp_rank"), self.args.dp_size
+        if dp_rank is not None and dp_rank >= dp_size:
+            raise ApiError(400, f"'data_parallel_rank' is {dp_rank}, but this server has "
+                                f"{dp_size} replica(s) (0..{dp_size - 1})",
+                           param="data_parallel_rank")
+        if dp_size == 1:  # one replica: nothing to choose
+            return {k: v for k, v in prompt.items() if k != "dp_rank"}
+        if dp_rank is None and n > 1:
+            return {**prompt, "dp_rank": self.client.balancer.choose()}  # type: ignore[attr-defined]
+        return prompt
+    # <<< ch27
 
 
 def prompt_keywords(prompt: str | list[int]) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from minisgl.distributed.local import free_port
 from minisgl.message import ReadyMsg
+from minisgl.message.client import FrontendClient
+from minisgl.message.dp import LoadBalancer, ReplicaClient
 from minisgl.message.queues import PullQueue
 from minisgl.scheduler.io import run_scheduler_process
 from minisgl.scheduler.tp import TPRank
@@ -39,6 +41,7 @@ from minisgl.utils.mp import ipc_addr, private_ipc_dir, remove_stale_ipc_dirs
 from minisgl.utils.proctitle import set_process_title
 
 from .args import FlagError, ServerArgs, build_parser, parse_args
+from .dp import replica_addrs, replica_ranks
 from .trace_scheduler import run_scheduler_with_trace
 
 logger = init_logger(__name__)
@@ -94,7 +97,11 @@ class Workers:
             self.procs.append(ctx.Process(
                 target=tokenize_worker, name=f"tokenizer-{i}",
                 args=(args.model_path, addr, addrs.scheduler, addrs.frontend, addrs.ready,
-                      f"tokenizer-{i}")))
+                      f"tokenizer-{i}"),
+                # >>> ch27
+                kwargs={"more_replicas": tuple(replica_addrs(addrs, args.dp_size)[1:])},
+                # <<< ch27
+            ))
 
     def start(self) -> None:
         ready = PullQueue(self.addrs.ready)  # bound before any worker can report
@@ -160,6 +167,10 @@ scheduler_main = run_scheduler_with_trace  # --trace-dir / --trace-set: a trace 
 
 def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.BaseProcess]:
     """This machine's scheduler processes: rank 0 alone, or its share of the --tp ranks."""
+    # >>> ch27
+    if args.dp_size > 1:  # a group of ranks per replica, each reading its own socket (dp.py)
+        return replica_ranks(ctx, args, addrs, scheduler_main)
+    # <<< ch27
     size = args.tp_size
     if size == 1:
         return [ctx.Process(target=scheduler_main, name="scheduler",
@@ -249,11 +260,9 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket,
                 workers: Workers) -> None:
     import uvicorn
 
-    from minisgl.message.client import FrontendClient
-
     from .api_server import ApiServer, create_app
 
-    client = FrontendClient(addrs.tokenizers, addrs.frontend)
+    client = frontend_client(args, addrs)
     app = create_app(client, args, dead_worker=lambda: workers.died)
     # uvicorn's own lines (one per request at INFO) only when debugging
     config = uvicorn.Config(app, log_level="debug" if args.log_level == "DEBUG" else "warning",
@@ -261,6 +270,16 @@ def _serve_http(args: ServerArgs, addrs: Addresses, sock: socket.socket,
     logger.info("serving %s on http://%s:%d (OpenAI API at /v1)",
                 args.served_model_name or args.model_name, args.host, args.port)
     ApiServer(config, client).run(sockets=[sock])
+
+
+def frontend_client(args: ServerArgs, addrs: Addresses) -> FrontendClient:
+    """What the API server sends requests and questions through."""
+    # >>> ch27
+    if args.dp_size > 1:  # each request to one replica, each question to all (message/dp.py)
+        return ReplicaClient(addrs.tokenizers, addrs.frontend,
+                             LoadBalancer(args.dp_size, args.load_balance_method))
+    # <<< ch27
+    return FrontendClient(addrs.tokenizers, addrs.frontend)
 
 
 def shell_log_level(argv: list[str] | None, environ: dict[str, str] | os._Environ) -> str | None:

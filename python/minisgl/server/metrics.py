@@ -49,6 +49,8 @@ from prometheus_client.registry import Collector
 
 from minisgl.utils import init_logger
 
+from .dp import replica_metrics
+
 logger = init_logger(__name__)
 
 PREFIX = "minisgl:"
@@ -91,6 +93,9 @@ class SchedulerGauges(Collector):
         if s:
             family.add_metric(labels, s.get("retracted", 0))
         yield family
+        # >>> ch27
+        yield from replica_metrics(s, self.model_name)  # per --dp-size replica (dp.py)
+        # <<< ch27
         # >>> ch24
         yield from self._speculative(s, labels)
 

@@ -70,6 +70,15 @@ IGNORED_FIELDS = {
     "metadata": "tags for the provider's stored-completions dashboard; nothing is stored here",
     "prompt_cache_key": "a routing hint for the provider's prompt cache; the radix cache needs "
                         "no hint",
+    # >>> ch27
+    # SGLang's fields that sglang-router sends with every request (chapter 27)
+    "separate_reasoning": "SGLang's: split the reasoning from the answer; no reasoning parser "
+                          "runs here, so there is nothing to split",
+    "stream_reasoning": "SGLang's: stream that reasoning; see separate_reasoning",
+    "log_metrics": "SGLang's /generate: record the request in the metrics; every request is",
+    "no_logs": "SGLang's /generate: keep the request out of the logs; no request's text is "
+               "logged here",
+    # <<< ch27
 }
 
 
@@ -243,6 +252,17 @@ class _Sampling(_Body):
     # >>> ch25
     response_format: ResponseFormat | None = None
     # <<< ch25
+    # >>> ch27
+    # SGLang's fields that sglang-router sends with every request, at their defaults
+    NOT_YET = {**NOT_YET, "no_stop_trim": (False,), "skip_special_tokens": (True,),
+               "return_hidden_states": (False,)}
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+    return_hidden_states: bool = False
+    # the replica that runs the request under --dp-size (SGLang's name; the router's --dp-aware
+    # mode sets it); None: the server's load balancer picks
+    data_parallel_rank: int | None = Field(None, ge=0, le=INT64_MAX)
+    # <<< ch27
 
     @property
     def asked_max_tokens(self) -> int | None:
@@ -357,6 +377,13 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, gt=0, le=INT64_MAX)  # newer max_tokens
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # >>> ch27
+    NOT_YET = {**_Sampling.NOT_YET, "continue_final_message": (False,)}
+    continue_final_message: bool = False
+    # accepted and ignored: see IGNORED_FIELDS
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
+    # <<< ch27
 
     @property
     def asked_max_tokens(self) -> int | None:
@@ -470,6 +497,22 @@ class GenerateRequest(_Body):
     sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
     stream: bool = False
     return_logprob: bool = False
+    # >>> ch27
+    # SGLang's fields that sglang-router sends with every request, at their defaults
+    NOT_YET = {**NOT_YET, "return_text_in_logprobs": (False,), "return_hidden_states": (False,),
+               "background": (False,), "return_bytes": (False,), "return_entropy": (False,)}
+    model: str | None = None  # the router's: the model asked for (None: the served one)
+    return_text_in_logprobs: bool = False
+    return_hidden_states: bool = False
+    background: bool = False
+    return_bytes: bool = False
+    return_entropy: bool = False
+    # accepted and ignored: see IGNORED_FIELDS
+    log_metrics: bool = True
+    no_logs: bool = False
+    # the replica that runs the request under --dp-size (as in the OpenAI bodies)
+    data_parallel_rank: int | None = Field(None, ge=0, le=INT64_MAX)
+    # <<< ch27
 
     @property
     def param(self) -> str:

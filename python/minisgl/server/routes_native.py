@@ -24,10 +24,13 @@ def native_router(deps: ServerDeps) -> APIRouter:
     @router.post("/generate")
     async def generate(request: Request):
         req = await deps.body(request, GenerateRequest)
+        # >>> ch27
+        deps.check_model(req.model)  # sglang-router names it (null: the served model)
+        # <<< ch27
         if req.batched:
             return await generate_batch(req, request)
         n = req.sampling_params.n
-        gen = await deps.answers(req.to_sampling_params(), n, prompt_keywords(req.prompts()[0]),
+        gen = await deps.answers(req.to_sampling_params(), n, keywords(req, req.prompts()[0]),
                                  req.stop_strings, request)
         rid = uuid.uuid4().hex
         if not req.stream:
@@ -59,7 +62,7 @@ def native_router(deps: ServerDeps) -> APIRouter:
         n, params = req.sampling_params.n, req.to_sampling_params()
 
         async def one(prompt: str | list[int]) -> list[Answer]:
-            gen = await deps.answers(params, n, prompt_keywords(prompt), req.stop_strings,
+            gen = await deps.answers(params, n, keywords(req, prompt), req.stop_strings,
                                      request)
             return (await collect(gen, n))[0]
 
@@ -75,6 +78,15 @@ def native_router(deps: ServerDeps) -> APIRouter:
                 for i, a in enumerate(done)]
 
     return router
+
+
+def keywords(req: GenerateRequest, prompt: str | list[int]) -> dict[str, Any]:
+    """client.submit's keywords for one prompt of the request."""
+    out = prompt_keywords(prompt)
+    # >>> ch27
+    out["dp_rank"] = req.data_parallel_rank  # None: the load balancer picks
+    # <<< ch27
+    return out
 
 
 def meta_info(rid: str, piece: Piece, completion_tokens: int) -> dict[str, Any]:

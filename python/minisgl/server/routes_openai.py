@@ -39,8 +39,11 @@ def openai_router(deps: ServerDeps) -> APIRouter:
         req = await deps.body(request, ChatCompletionRequest)
         model = deps.check_model(req.model)
         params = req.sampling_params(CHAT_DEFAULT_MAX_TOKENS)
-        gen = await deps.answers(params, req.n, {"messages": req.chat()}, req.stop_strings,
-                                 request)
+        prompt: dict[str, Any] = {"messages": req.chat()}
+        # >>> ch27
+        prompt["dp_rank"] = req.data_parallel_rank  # None: the load balancer picks
+        # <<< ch27
+        gen = await deps.answers(params, req.n, prompt, req.stop_strings, request)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()),
                 "model": model}
         want_logprobs = params.logprobs is not None
@@ -78,9 +81,11 @@ def openai_router(deps: ServerDeps) -> APIRouter:
         req = await deps.body(request, CompletionRequest)
         model = deps.check_model(req.model)
         params = req.sampling_params(COMPLETION_DEFAULT_MAX_TOKENS)
-        prompt = req.one_prompt()
-        gen = await deps.answers(params, req.n, prompt_keywords(prompt), req.stop_strings,
-                                 request)
+        keywords = prompt_keywords(req.one_prompt())
+        # >>> ch27
+        keywords["dp_rank"] = req.data_parallel_rank  # None: the load balancer picks
+        # <<< ch27
+        gen = await deps.answers(params, req.n, keywords, req.stop_strings, request)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                 "created": int(time.time()), "model": model}
         want_logprobs = params.logprobs is not None

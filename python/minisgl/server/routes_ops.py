@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from minisgl import __version__
 
 from .deps import ServerDeps
+from .dp import load_rows
 from .metrics import CONTENT_TYPE
 from .protocol import ApiError
 
@@ -43,6 +44,11 @@ def ops_router(deps: ServerDeps) -> APIRouter:
     async def version() -> dict[str, str]:
         return {"version": __version__}
 
+    # >>> ch27
+    # What sglang-router asks its workers (chapter 27): SGLang's newer names of the two info
+    # endpoints, and /get_load below
+    @router.get("/model_info")
+    # <<< ch27
     @router.get("/get_model_info")
     async def get_model_info() -> dict[str, Any]:
         limits = deps.limits
@@ -51,6 +57,9 @@ def ops_router(deps: ServerDeps) -> APIRouter:
                 "served_model_name": deps.model_name, "is_generation": True,
                 "max_context_length": limits.max_seq_len, "vocab_size": limits.vocab_size}
 
+    # >>> ch27
+    @router.get("/server_info")
+    # <<< ch27
     @router.get("/get_server_info")
     async def get_server_info() -> dict[str, Any]:
         limits = deps.limits
@@ -63,5 +72,15 @@ def ops_router(deps: ServerDeps) -> APIRouter:
         if not reply.ok:
             raise ApiError(409, reply.error or "cannot flush the cache now")
         return JSONResponse({"status": "ok", **reply.info})
+    # >>> ch27
+
+    @router.get("/get_load")
+    async def get_load() -> list[dict[str, int]]:
+        """SGLang's: one row per replica (sglang-router's load monitor reads num_tokens)."""
+        stats = await deps.status.latest()
+        if stats is None:
+            raise ApiError(503, "the scheduler has not answered yet")
+        return load_rows(stats, deps.args.page_size)
+    # <<< ch27
 
     return router

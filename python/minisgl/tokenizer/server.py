@@ -27,6 +27,7 @@ from minisgl.message import (
     UserMsg,
     UserReply,
 )
+from minisgl.message.dp import ReplicaQueues
 from minisgl.message.queues import PullQueue, PushQueue, flush_before_exit
 from minisgl.utils import init_logger
 from minisgl.utils.mp import setup_worker_process
@@ -48,11 +49,19 @@ def tokenize_request(tokenizer: Tokenizer, msg: TokenizeMsg) -> UserMsg:
         ids = list(msg.input_ids)
     else:
         raise ValueError("a request needs a prompt, token ids or chat messages")
-    return UserMsg(msg.uid, ids, msg.sampling_params)
+    out = UserMsg(msg.uid, ids, msg.sampling_params)
+    # >>> ch27
+    out.dp_rank = msg.dp_rank  # the replica the frontend chose (chapter 27)
+    # <<< ch27
+    return out
 
 
 def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_addr: str,
-                    ready_addr: str, name: str = "tokenizer") -> None:
+                    ready_addr: str, name: str = "tokenizer",
+                    # >>> ch27
+                    more_replicas: tuple[str, ...] = (),
+                    # <<< ch27
+                    ) -> None:
     """Entry point of a tokenizer process: requests in, token ids out to the scheduler."""
     setup_worker_process()
     # >>> ch14
@@ -62,6 +71,11 @@ def tokenize_worker(model_dir: str, recv_addr: str, backend_addr: str, frontend_
     tokenizer = _load_or_report(model_dir, ready, name)
     recv, to_backend, to_frontend = PullQueue(recv_addr), PushQueue(backend_addr), \
         PushQueue(frontend_addr)
+    # >>> ch27
+    # --dp-size replicas (chapter 27): backend_addr is replica 0's, more_replicas the others';
+    # each message goes to the replica its dp_rank names
+    to_backend = ReplicaQueues([to_backend, *map(PushQueue, more_replicas)])
+    # <<< ch27
     ready.put([ReadyMsg(name)])
     while True:
         for msg in recv.get_all(block=True):
