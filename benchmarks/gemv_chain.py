@@ -4,7 +4,7 @@ the per-kernel cost is the graph's (no launch from Python, no L2-flush kernel be
 triton.testing.do_bench, whose ~5 us floor hid the int8 tiles' differences in quant_gemv.py).
 
     python benchmarks/gemv_chain.py                  # needs CUDA
-    python benchmarks/gemv_chain.py --layers 28 --replays 50
+    python benchmarks/gemv_chain.py --layers 28 --replays 4
 
 For each of Qwen3-0.6B's projections, with the prologue the decode step fuses into it (qkv and
 gate_up: RMSNorm with the residual add; down: SiLU-and-mul; o: none), it prints the bf16 GEMV with
@@ -20,6 +20,7 @@ import itertools
 
 import torch
 import triton
+from gemv_shapes import graph_time_us  # benchmarks/ is on the path when this script runs
 
 from minisgl.kernel.triton.gemv import _gemv_kernel, gemv_config
 from minisgl.kernel.triton.quant_linear import gemv_int8_config
@@ -82,23 +83,9 @@ class Chain:
                                                   BLOCK_K=bk, num_warps=warps, **extra)
 
     def time_us(self, config: tuple[int, int, int], replays: int) -> float:
-        """Microseconds per GEMV: the graph of all layers' GEMVs, replayed."""
-        for i in range(len(self.weights)):  # compile and warm up outside the capture
-            self.launch(i, *config)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(len(self.weights)):
-                self.launch(i, *config)
-        for _ in range(3):
-            graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1000 / (replays * len(self.weights))
+        """Microseconds per GEMV: gemv_shapes.py's CUDA-graph timing, one call per layer."""
+        copies = len(self.weights)
+        return graph_time_us(lambda i: self.launch(i, *config), copies, reps=copies * replays)
 
 
 def report(name: str, kind: str, config, us: float, nbytes: int) -> None:
@@ -109,7 +96,7 @@ def report(name: str, kind: str, config, us: float, nbytes: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=28)
-    ap.add_argument("--replays", type=int, default=30)
+    ap.add_argument("--replays", type=int, default=4, help="passes over the layers per graph")
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}"
           f", {args.layers} layers per graph")
@@ -129,7 +116,7 @@ def main() -> None:
         timed = []
         for config in candidates(k):
             try:
-                timed.append((int8.time_us(config, max(5, args.replays // 3)), config))
+                timed.append((int8.time_us(config, 1), config))
             except Exception as e:  # a tiling the compiler refuses (registers, shared memory)
                 print(f"  {config}: {type(e).__name__}")
         timed.sort()
