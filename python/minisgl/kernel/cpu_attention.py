@@ -55,18 +55,10 @@ def _default_library() -> ctypes.CDLL | None:
 
 def load_library(build_dir: Path) -> ctypes.CDLL | None:
     """Build (if needed) and load the kernel from build_dir; None, with a warning, on failure."""
-    # a -march=native build is only for this kind of CPU: its flags are part of the file's hash
-    salt = " ".join(sorted(cpu_flags()))
-    errors = []
-    for flags in FLAG_SETS:
-        try:
-            lib = ctypes.CDLL(str(build_cpp_library(SOURCE, flags, build_dir, salt)))
-            break
-        except (OSError, subprocess.CalledProcessError) as err:
-            errors.append(str(getattr(err, "stderr", None) or err).strip())
-    else:
-        logger.warning("C++ CPU decode attention unavailable, the torch backend decodes: "
-                       + errors[-1][:500])
+    try:
+        lib = build_native(SOURCE, build_dir)
+    except NativeBuildError as err:
+        logger.warning(f"C++ CPU decode attention unavailable, the torch backend decodes: {err}")
         return None
     for symbol in SYMBOLS.values():
         fn = getattr(lib, symbol)
@@ -75,6 +67,24 @@ def load_library(build_dir: Path) -> ctypes.CDLL | None:
             + [ctypes.c_float, ctypes.c_int]
         fn.restype = ctypes.c_int64
     return lib
+
+
+class NativeBuildError(RuntimeError):
+    """No flag set of FLAG_SETS compiled the source (the message is the last compiler error)."""
+
+
+def build_native(source: Path, build_dir: Path) -> ctypes.CDLL:
+    """Compile a C++ file of this folder's CPU kernels with the first of FLAG_SETS that works
+    (csrc/cpu_ops.cpp is built the same way) and load it."""
+    # a -march=native build is only for this kind of CPU: its flags are part of the file's hash
+    salt = " ".join(sorted(cpu_flags()))
+    errors = []
+    for flags in FLAG_SETS:
+        try:
+            return ctypes.CDLL(str(build_cpp_library(source, flags, build_dir, salt)))
+        except (OSError, subprocess.CalledProcessError) as err:
+            errors.append(str(getattr(err, "stderr", None) or err).strip())
+    raise NativeBuildError(errors[-1][:500])
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

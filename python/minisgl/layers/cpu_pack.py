@@ -5,6 +5,7 @@ fast as F.linear reads the plain one. Each linear layer's weight is replaced by 
 (no second copy is kept: the model's memory stays the same), and a tied LM head, which shares the
 embedding table, gets a packed copy of its own, since the embedding still looks rows up.
 Afterwards the weights can no longer be read as numbers or loaded into: the engine packs last.
+fp32 weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from minisgl.ops import hook
-from minisgl.ops.cpu_impls import can_pack, pack_weight
+from minisgl.ops.cpu_impls import can_pack, keep_plain, pack_weight
 
 from .base import BaseOP, OPList
 from .embedding import ParallelLMHead
@@ -38,11 +39,11 @@ def pack_linears(model: BaseOP) -> int:
     # <<< ch21
     count = 0
     for op in sub_ops(model):
-        if isinstance(op, _Linear) and can_pack(op.weight):
+        if isinstance(op, _Linear) and can_pack(op.weight) and not keep_plain(op.weight):
             op.weight = pack_weight(op.weight)
             count += 1
         elif (isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight")
-              and can_pack(op.logits_weight())):
+              and can_pack(op.logits_weight()) and not keep_plain(op.logits_weight())):
             op._packed_weight = pack_weight(op.logits_weight())
             count += 1
     return count

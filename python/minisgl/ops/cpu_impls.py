@@ -1,4 +1,5 @@
-"""The CPU's faster linear layer: weights packed once for oneDNN (chapter 20, for the CPU).
+"""The CPU's faster ops (chapter 20, for the CPU): oneDNN's linear over packed weights, and the
+C++ linear, add+RMSNorm, SiLU-and-mul and RoPE of kernel/cpu_ops.py.
 
 A decode step on a CPU reads every weight once per token, and the time goes to the matrix
 multiplies. torch's `F.linear` hands a few rows times a big matrix to a BLAS routine that, on the
@@ -13,6 +14,13 @@ is not rows and columns): only this implementation can use it, so it takes every
 weight is packed, and nothing else. The packing is switched off by MINISGL_DISABLE_ONEDNN=1, and
 whenever a trace watches the ops (chapter 21): a trace replays calls with the torch reference.
 A bf16 weight stays plain on a CPU whose oneDNN cannot multiply bf16 (`packs` asks it once).
+
+Later measurements on an AVX2 machine (benchmarks/results/cpu_ops.txt) found a plain C++ loop,
+kernel/cpu_ops.py, faster still at batch 1 (it reads fp32 weights at the speed torch.sum reads
+memory) and as fast at 8 to 32 rows, where both are bound by the multiply-adds. So fp32 weights
+stay plain where that library builds (`keep_plain`), and oneDNN packs bf16 on CPUs that multiply
+bf16 natively. The C++ versions of the small ops take every fp32 or bf16 CPU call: each is one
+call instead of a dozen.
 """
 
 from __future__ import annotations
@@ -23,9 +31,13 @@ from typing import Any
 import torch
 
 from minisgl.env import load_env
+from minisgl.kernel import cpu_ops
 
+from .activation import silu_and_mul
 from .linear import linear
+from .norm import fused_add_rms_norm
 from .registry import Impl
+from .rope import rope
 
 PACKABLE = (torch.float32, torch.bfloat16)
 # oneDNN picks its blocked layout for an expected number of rows; 32 serves one row as well as
@@ -60,6 +72,12 @@ def can_pack(weight: torch.Tensor) -> bool:
             and onednn_available() and packs(weight.dtype))
 
 
+def keep_plain(weight: torch.Tensor) -> bool:
+    """The C++ linear reads this weight plain, faster than oneDNN reads it packed: fp32 weights
+    where kernel/cpu_ops.py builds (a bf16 one goes to oneDNN wherever oneDNN packs bf16)."""
+    return weight.dtype == torch.float32 and cpu_ops.available()
+
+
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """The weight [out, in] reordered for oneDNN: shape and dtype stay, the layout is oneDNN's."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT)
@@ -76,5 +94,19 @@ def linear_onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+def plain_rows(x: torch.Tensor, weight: torch.Tensor | None = None, *_: Any) -> bool:
+    """A linear call the C++ kernel runs: a CPU matrix and a plain weight of its dtype."""
+    return (cpu_ops.takes(x) and x.dim() == 2 and isinstance(weight, torch.Tensor)
+            and not weight.is_mkldnn and weight.dtype == x.dtype)
+
+
+def cpu_matrix(x: torch.Tensor, *_: Any) -> bool:
+    return cpu_ops.takes(x) and x.dim() == 2
+
+
 # `available` is always true: a packed weight exists only where oneDNN was available to pack it.
 linear.add(Impl("onednn", linear_onednn, takes=packed))
+linear.add(Impl("cpp", cpu_ops.linear, takes=plain_rows, available=cpu_ops.available))
+for _op, _fn in [(fused_add_rms_norm, cpu_ops.fused_add_rms_norm),
+                 (silu_and_mul, cpu_ops.silu_and_mul), (rope, cpu_ops.rope)]:
+    _op.add(Impl("cpp", _fn, takes=cpu_matrix, available=cpu_ops.available))
