@@ -4,9 +4,12 @@ one process (issue 33: the engine's ms per token, HF's, and the ratio; plus whet
 tokens agree).
 
     python benchmarks/cpu_decode.py [--tokens 64] [--dtype auto|float32|bfloat16] [--repeat 3]
+                                    [--op-by-op]
 
 Per-token time: (time for 1 + N tokens - time for 1 token) / N, for both sides, so that the
 prefill of the prompt is left out of both. Each figure is the median of --repeat runs.
+--op-by-op switches off the engine's one-call C++ decode step (engine/cpu_step.py): each op is
+called from Python, as before it.
 """
 
 from __future__ import annotations
@@ -73,17 +76,23 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--dtype", default="auto", help="the engine's dtype (HF runs fp32)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--op-by-op", action="store_true",
+                        help="no one-call C++ decode step: the ops one by one from Python")
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM
 
     path = resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct")
     llm = LLM(path, device="cpu", dtype=args.dtype)
+    engine = llm.scheduler.engine
+    if args.op_by_op:
+        engine.cpu_step = None
     ids = llm.tokenizer.encode(PROMPT)
     print(f"CPU: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch "
           f"{torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), transformers "
           f"{transformers.__version__}; SmolLM2-135M-Instruct, prompt of {len(ids)} tokens, "
           f"{args.tokens} new tokens, greedy; engine dtype {llm.scheduler.config.dtype}, "
-          f"HF fp32 eager; median of {args.repeat}", flush=True)
+          f"HF fp32 eager; decode steps {'one C++ call' if engine.cpu_step else 'op by op'}; "
+          f"median of {args.repeat}", flush=True)
     ours, ours_tokens = ours_ms(llm, ids, args.tokens, args.repeat)
     hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     theirs, hf_tokens = hf_ms(hf, ids, args.tokens, args.repeat)

@@ -1,6 +1,8 @@
 """The matrix multiplies of one SmolLM2 decode step on the CPU: torch's F.linear on plain weights
-against oneDNN on weights packed once (ops/cpu_impls.py), fp32 and bf16, for 1, 8 and 32 rows
-(the batch of a decode step), beside the speed `torch.sum` reads memory at.
+against oneDNN on weights packed once (ops/cpu_impls.py) and the C++ linear over plain weights
+(kernel/cpu_ops.py), fp32 and bf16, for 1, 8 and 32 rows (the batch of a decode step), beside
+the speed `torch.sum` reads memory at. Where oneDNN cannot multiply bf16 (no AVX-512) its column
+says n/a.
 
     python benchmarks/cpu_linear_packing.py [--repeat 5]
 
@@ -17,7 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from minisgl.ops.cpu_impls import linear_onednn, pack_weight
+from minisgl.kernel import cpu_ops
+from minisgl.ops.cpu_impls import linear_onednn, pack_weight, packs
 
 # SmolLM2-135M: hidden 576, intermediate 1536, 9 query and 3 KV heads of 64, vocabulary 49152
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # qkv, o, gate_up, down
@@ -31,11 +34,12 @@ def weights(dtype: torch.dtype) -> list[torch.Tensor]:
     return [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
 
 
-def ms_per_step(ws: list[torch.Tensor], rows: int, packed: bool, repeat: int) -> float:
+def ms_per_step(ws: list[torch.Tensor], rows: int, how: str, repeat: int) -> float:
+    """how: "plain" (F.linear), "packed" (oneDNN) or "cpp" (kernel/cpu_ops.py)."""
     dtype = ws[0].dtype
     inputs = {k: torch.randn(rows, k).to(dtype) for k in {w.shape[1] for w in ws}}
-    fn = linear_onednn if packed else F.linear
-    ws = [pack_weight(w) for w in ws] if packed else ws
+    fn = {"plain": F.linear, "packed": linear_onednn, "cpp": cpu_ops.linear}[how]
+    ws = [pack_weight(w) for w in ws] if how == "packed" else ws
 
     def step() -> None:
         for w in ws:
@@ -67,12 +71,15 @@ def main() -> int:
         ws = weights(dtype)
         nbytes = sum(w.numel() for w in ws) * ws[0].element_size()
         for rows in (1, 8, 32):
-            plain = ms_per_step(ws, rows, False, args.repeat)
-            packed = ms_per_step(ws, rows, True, args.repeat)
-            print(f"{str(dtype).removeprefix('torch.'):8s} rows {rows:2d}: F.linear "
-                  f"{plain:6.1f} ms ({nbytes / plain / 1e6:4.1f} GB/s)  packed "
-                  f"{packed:6.1f} ms ({nbytes / packed / 1e6:4.1f} GB/s)  "
-                  f"{plain / packed:4.2f}x")
+            line = f"{str(dtype).removeprefix('torch.'):8s} rows {rows:2d}:"
+            for how, label in (("plain", "F.linear"), ("packed", "packed"), ("cpp", "C++")):
+                if (how == "packed" and not packs(dtype)) or (how == "cpp"
+                                                              and not cpu_ops.available()):
+                    line += f"  {label} n/a"
+                    continue
+                ms = ms_per_step(ws, rows, how, args.repeat)
+                line += f"  {label} {ms:6.1f} ms ({nbytes / ms / 1e6:4.1f} GB/s)"
+            print(line)
     return 0
 
 

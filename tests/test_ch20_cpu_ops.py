@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from minisgl import ops
 from minisgl.kernel import cpu_ops
+from minisgl.layers.cpu_pack import sub_ops
 from minisgl.ops.activation import silu_and_mul_torch
 from minisgl.ops.norm import fused_add_rms_norm_torch
 from minisgl.ops.rope import rope_torch
@@ -158,17 +159,22 @@ def test_a_failed_build_leaves_the_torch_ops_with_one_warning(tmp_path, monkeypa
 
 
 def test_fp32_weights_stay_plain_for_the_cpp_linear(smollm2_dir):
-    """The engine packs no fp32 weight for oneDNN where the C++ linear builds: the model's
-    linears (and its tied LM head) all run the C++ kernel, with the plain model's logits."""
+    """The engine packs no fp32 layer weight for oneDNN where the C++ linear builds: every
+    projection runs the C++ kernel, and the model's logits are the unpacked torch model's. Only
+    the LM head gets its packed copy (for the op-by-op path; engine/cpu_step.py reads the plain
+    one)."""
     from minisgl.layers.cpu_pack import pack_linears
+    from minisgl.layers.linear import _Linear
     from minisgl.models.weight import load_model
 
     model = load_model(smollm2_dir)
-    assert pack_linears(model) == 0
+    assert pack_linears(model) == 1 and model.lm_head._packed_weight.is_mkldnn
+    projections = [op for op in sub_ops(model) if isinstance(op, _Linear)]
+    assert projections and not any(op.weight.is_mkldnn for op in projections)
     ids = torch.randint(0, model.config.vocab_size, (5,),
                         generator=torch.Generator().manual_seed(2))
     hidden = model.model.forward(ids, torch.arange(5))
-    assert ops.linear.kind_for(hidden, model.lm_head.logits_weight(), None) == "cpp"
-    torch.testing.assert_close(model.lm_head.forward(hidden),
+    assert ops.linear.kind_for(hidden, projections[0].weight, None) == "cpp"
+    torch.testing.assert_close(cpu_ops.linear(hidden, model.lm_head.logits_weight()),
                                F.linear(hidden, model.lm_head.logits_weight()),
                                rtol=1e-5, atol=1e-4)

@@ -527,7 +527,8 @@ def test_a_gpu_tensor_takes_triton_unless_fused_kernels_are_disabled(fused_kerne
     fused_kernels_flag(None)
     for op in small:
         assert op.kind_for(OnGpu(5, 64)) == "triton", op.name
-        assert op.kind_for(torch.zeros(5, 64)) == "torch", op.name  # a CPU tensor
+        # a CPU tensor: the torch code, or the C++ ops of kernel/cpu_ops.py where they build
+        assert op.kind_for(torch.zeros(5, 64)) in ("torch", "cpp"), op.name
     for op in gemvs:  # the GEMVs take one contiguous token only
         assert op.kind_for(OnGpu(1, 64)) == "triton", op.name
         assert op.kind_for(OnGpu(2, 64)) == "torch", op.name
@@ -595,8 +596,8 @@ def test_one_token_decoder_path_equals_torch(case, tmp_path, monkeypatch):
     calls.clear()
     got_two = model.forward(two_ids.to(DEVICE), two_positions.to(DEVICE)).cpu()
     assert not calls  # two tokens: the unfused layers
-    if DEVICE == "cpu":
-        assert torch.equal(got_two, expected_two)  # the torch code itself
+    if DEVICE == "cpu":  # the plain ops (here F.linear; the C++ linear computed expected_two)
+        torch.testing.assert_close(got_two, expected_two, rtol=0, atol=1e-5)
     else:
         assert (got_two - expected_two).abs().max().item() <= tol
 

@@ -37,6 +37,7 @@ from minisgl.utils.cpu import describe_threads
 from minisgl.utils.transfer import to_device
 
 from .config import EngineConfig
+from .cpu_step import CpuStepRunner
 from .device_sample import DeviceSampler, TokenLogprobs
 from .graph import GraphRunner, cuda_graph_sizes
 
@@ -177,6 +178,16 @@ class Engine:
             logger.info("capturing CUDA graphs for %d decode batch sizes (1 to %d) ...",
                         len(sizes), max(sizes))
         self.graph_runner.capture()
+        # >>> ch20
+        # a CPU's decode step in one C++ call, where the model fits it (engine/cpu_step.py)
+        self.cpu_step: CpuStepRunner | None = None
+        if self.device.type == "cpu":
+            self.cpu_step, why_not = CpuStepRunner.build(self.model, self.kv_cache,
+                                                         self.page_table, self.attn_backend,
+                                                         config.dtype)
+            logger.info("CPU decode steps: %s", "one C++ call each" if self.cpu_step
+                        else f"op by op ({why_not})")
+        # <<< ch20
 
     def _kv_bytes_per_token(self) -> int:
         mc = self.model_config
@@ -242,6 +253,10 @@ class Engine:
     def _logits(self, batch: Batch, last: torch.Tensor) -> torch.Tensor:
         if self.graph_runner.can_run(batch):  # a decode batch small enough for a CUDA graph
             return self.graph_runner.replay(batch)
+        # >>> ch20
+        if self.cpu_step is not None and self.cpu_step.can_run(batch):
+            return self.cpu_step.run(batch, last)
+        # <<< ch20
         self.attn_backend.prepare_metadata(batch)
         with self.ctx.forward_batch(batch):
             return self.model.forward(batch.input_ids, batch.positions,

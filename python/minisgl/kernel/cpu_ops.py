@@ -65,6 +65,10 @@ def load_library(build_dir: Path) -> ctypes.CDLL | None:
         for suffix in SUFFIX.values():
             fn = getattr(lib, f"minisgl_cpu_{name}_{suffix}")
             fn.argtypes, fn.restype = argtypes, restype
+    for suffix in SUFFIX.values():
+        fn = getattr(lib, f"minisgl_cpu_decode_step_{suffix}")
+        fn.argtypes = [ctypes.POINTER(DecodeModel), ctypes.POINTER(DecodeBatch)]
+        fn.restype = ctypes.c_int64
     return lib
 
 
@@ -78,7 +82,7 @@ def _fn(name: str, dtype: torch.dtype):
 def _rows(x: torch.Tensor, what: str) -> None:
     """x is a CPU matrix of a supported dtype whose rows are contiguous (the row stride may be
     larger than a row: a slice of a wider tensor)."""
-    if x.device.type != "cpu" or x.dtype not in DTYPES:
+    if not x.is_cpu or x.dtype not in DTYPES:
         raise ValueError(f"{what} must be an fp32 or bf16 CPU tensor, not {x.dtype} on {x.device}")
     if x.dim() != 2 or (x.shape[1] > 1 and x.stride(1) != 1) or x.stride(0) < x.shape[1]:
         raise ValueError(f"{what} must be a [rows, columns] matrix with contiguous rows")
@@ -92,7 +96,7 @@ def _vector(v: torch.Tensor | None, size: int, dtype: torch.dtype, what: str) ->
 
 def takes(x: torch.Tensor, *_) -> bool:
     """A call these functions can run: a CPU tensor of fp32 or bf16 (the registry's rule)."""
-    return x.device.type == "cpu" and x.dtype in DTYPES
+    return isinstance(x, torch.Tensor) and x.is_cpu and x.dtype in DTYPES
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
@@ -179,3 +183,47 @@ def rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: tor
     if bad:
         raise IndexError(f"{bad} positions are outside the rotary tables' {cos.shape[0]} rows")
     return q, k
+
+
+# ---- a whole decode step (engine/cpu_step.py fills these; csrc/cpu_ops.cpp has their twins) -----
+class LayerWeights(ctypes.Structure):
+    """One decoder layer's weights and K/V pools, as pointers (0 where a layer has none)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o_proj", "post_norm", "gate_up",
+        "down", "k_cache", "v_cache")]
+
+
+class DecodeModel(ctypes.Structure):
+    _fields_ = [*((name, ctypes.c_int64) for name in (
+        "num_layers", "hidden", "inter", "qo_heads", "kv_heads", "head_dim")),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float),
+        ("layers", ctypes.POINTER(LayerWeights)), ("final_norm", ctypes.c_void_p),
+        ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("table_rows", ctypes.c_int64),
+        ("num_slots", ctypes.c_int64), ("page_table", ctypes.c_void_p),
+        ("page_table_stride", ctypes.c_int64), ("page_table_rows", ctypes.c_int64),
+        ("attention", ctypes.c_void_p)]
+
+
+class DecodeBatch(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_int64),
+                *((name, ctypes.c_void_p) for name in (
+                    "hidden", "out", "residual", "qkv", "q", "k", "attn", "gate_up", "act",
+                    "positions", "out_loc", "table_rows", "kv_lens")),
+                ("threads", ctypes.c_int)]
+
+
+STEP_ERRORS = {  # csrc/cpu_ops.cpp's StepError
+    1: "a position is outside the rotary tables",
+    2: "a new token's K/V slot is outside the pool",
+    3: "a page-table row or sequence length is outside the page table",
+    4: "a page-table entry points outside the K/V pool",
+}
+
+
+def decode_step(model: DecodeModel, batch: DecodeBatch, dtype: torch.dtype) -> None:
+    """Run every layer of one decode step (csrc/cpu_ops.cpp: decode_step); raises on bad input,
+    which C++ checks before it writes anything but the K/V of earlier layers."""
+    error = _fn("decode_step", dtype)(ctypes.byref(model), ctypes.byref(batch))
+    if error:
+        raise IndexError(f"CPU decode step refused its batch: {STEP_ERRORS.get(error, error)}")

@@ -5,7 +5,8 @@ fast as F.linear reads the plain one. Each linear layer's weight is replaced by 
 (no second copy is kept: the model's memory stays the same), and a tied LM head, which shares the
 embedding table, gets a packed copy of its own, since the embedding still looks rows up.
 Afterwards the weights can no longer be read as numbers or loaded into: the engine packs last.
-fp32 weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain).
+fp32 layer weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain); the LM
+head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def pack_linears(model: BaseOP) -> int:
             op.weight = pack_weight(op.weight)
             count += 1
         elif (isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight")
-              and can_pack(op.logits_weight()) and not keep_plain(op.logits_weight())):
+              and can_pack(op.logits_weight())):
             op._packed_weight = pack_weight(op.logits_weight())
             count += 1
     return count

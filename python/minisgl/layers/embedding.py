@@ -60,9 +60,7 @@ class ParallelLMHead(BaseOP):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "_packed_weight"):  # packed for the CPU (chapter 20, layers/cpu_pack.py)
             logits = ops.linear(hidden, self._packed_weight)
-        elif hidden.device.type == "cpu":  # the C++ linear where it builds (chapter 20)
-            logits = ops.linear(hidden, self.logits_weight())
-        else:  # cuBLAS: the Triton GEMV is tuned for the layers' shapes, not a vocabulary
+        else:
             logits = F.linear(hidden, self.logits_weight())
         if self._tp == 1:
             return logits

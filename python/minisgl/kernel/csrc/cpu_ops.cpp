@@ -7,6 +7,7 @@
 //   add_rmsnorm   r = x + residual, y = r / sqrt(mean(r^2) + eps) * w
 //   silu_mul      y = silu(gate) * up, on the merged [gate | up] row
 //   rope          q and k of the merged q|k|v row, normalised per head (Qwen3) and rotated
+// and, built from them, a whole decode step of a dense model in one call (`decode_step`).
 // Everything is computed in fp32; bf16 is converted on load and rounded to nearest-even once on
 // store (torch's bf16 ops round after every op, so bf16 results may differ in the last bit).
 //
@@ -227,6 +228,130 @@ int64_t rope(const T* qkv, int64_t ld, const int64_t* positions, const float* co
     return bad;
 }
 
+// ---- a whole decode step ----------------------------------------------------------------------
+// Every decoder layer of a dense Llama/Qwen2/Qwen3 model for a batch of one new token per request,
+// in one call: the ops above in the order of models/base.py, with no Python between them. Python
+// fills the structs once per model (weights and the K/V pool do not move) and once per step.
+struct LayerWeights {  // plain [out, in] weights of one layer; a null pointer is "none"
+    const void* input_norm;
+    const void* qkv;
+    const void* qkv_bias;  // Qwen2
+    const void* q_norm;    // Qwen3: per-head RMSNorm of q and k
+    const void* k_norm;
+    const void* o_proj;
+    const void* post_norm;
+    const void* gate_up;
+    const void* down;
+    void* k_cache;  // this layer's [slots, kv_heads, head_dim] pools
+    void* v_cache;
+};
+
+struct DecodeModel {
+    int64_t num_layers, hidden, inter, qo_heads, kv_heads, head_dim;
+    float eps, scale;
+    const LayerWeights* layers;
+    const void* final_norm;
+    const float* cos;  // [table_rows, head_dim] rotary tables
+    const float* sin;
+    int64_t table_rows;
+    int64_t num_slots;  // K/V slots of each layer's pool
+    const int32_t* page_table;
+    int64_t page_table_stride, page_table_rows;
+    const void* attention;  // minisgl_cpu_decode_attention_<type> of csrc/cpu_attention.cpp
+};
+
+struct DecodeBatch {
+    int64_t size;
+    void* hidden;  // [size, hidden]: the embeddings in; the running hidden state
+    void* out;     // [size, hidden]: the final norm's output
+    void* residual;
+    void* qkv;  // scratch: [size, (qo + 2 kv) * head_dim], q, k, attention output, gate_up, act
+    void* q;
+    void* k;
+    void* attn;
+    void* gate_up;
+    void* act;
+    const int64_t* positions;
+    const int64_t* out_loc;
+    const int64_t* table_rows;
+    const int64_t* kv_lens;
+    int threads;
+};
+
+template <typename T>
+using AttentionFn = int64_t (*)(const T*, const T*, const T*, int64_t, int64_t, const int32_t*,
+                                int64_t, const int64_t*, const int64_t*, T*, int64_t, int64_t,
+                                int64_t, int64_t, float, int);
+
+// What a step can get wrong, checked before anything is written: the caller raises for it.
+enum StepError : int64_t {
+    kOk = 0,
+    kBadPosition = 1,   // a position outside the rotary tables
+    kBadSlot = 2,       // an out_loc outside the K/V pool
+    kBadTableRow = 3,   // a table row outside the page table, or a length outside its rows
+    kBadPageEntry = 4,  // the attention kernel found a page-table slot outside the pool
+};
+
+template <typename T>
+int64_t decode_step(const DecodeModel& m, const DecodeBatch& b) {
+    const int64_t n = b.size, h = m.hidden, d = m.head_dim;
+    const int64_t q_width = m.qo_heads * d, kv_width = m.kv_heads * d;
+    const int64_t qkv_width = q_width + 2 * kv_width;
+    for (int64_t i = 0; i < n; i++) {
+        if (b.positions[i] < 0 || b.positions[i] >= m.table_rows) return kBadPosition;
+        if (b.out_loc[i] < 0 || b.out_loc[i] >= m.num_slots) return kBadSlot;
+        if (b.table_rows[i] < 0 || b.table_rows[i] >= m.page_table_rows || b.kv_lens[i] < 1 ||
+            b.kv_lens[i] > m.page_table_stride)
+            return kBadTableRow;
+    }
+    T* x = static_cast<T*>(b.hidden);
+    T* residual = static_cast<T*>(b.residual);
+    T* normed = static_cast<T*>(b.out);  // the norms' output; the last one is the step's output
+    T* qkv = static_cast<T*>(b.qkv);
+    T* q = static_cast<T*>(b.q);
+    T* k = static_cast<T*>(b.k);
+    T* attn = static_cast<T*>(b.attn);
+    T* gate_up = static_cast<T*>(b.gate_up);
+    T* act = static_cast<T*>(b.act);
+    const auto attention = reinterpret_cast<AttentionFn<T>>(m.attention);
+    auto w = [](const void* p) { return static_cast<const T*>(p); };
+    for (int64_t l = 0; l < m.num_layers; l++) {
+        const LayerWeights& lw = m.layers[l];
+        if (l == 0) {  // the first layer's residual is its input itself
+            std::memcpy(residual, x, n * h * sizeof(T));
+            add_rmsnorm<T>(x, h, nullptr, 0, w(lw.input_norm), m.eps, normed, nullptr, n, h,
+                           b.threads);
+        } else {
+            add_rmsnorm<T>(x, h, residual, h, w(lw.input_norm), m.eps, normed, residual, n, h,
+                           b.threads);
+        }
+        linear<T>(normed, h, w(lw.qkv), w(lw.qkv_bias), qkv, qkv_width, n, qkv_width, h,
+                  b.threads);
+        rope<T>(qkv, qkv_width, b.positions, m.cos, m.sin, m.table_rows, w(lw.q_norm),
+                w(lw.k_norm), m.eps, q, k, n, m.qo_heads, m.kv_heads, d, b.threads);
+        T* k_cache = static_cast<T*>(lw.k_cache);
+        T* v_cache = static_cast<T*>(lw.v_cache);
+        for (int64_t i = 0; i < n; i++) {  // the new token's K and V into its slot of the pool
+            std::memcpy(k_cache + b.out_loc[i] * kv_width, k + i * kv_width, kv_width * sizeof(T));
+            std::memcpy(v_cache + b.out_loc[i] * kv_width, qkv + i * qkv_width + q_width + kv_width,
+                        kv_width * sizeof(T));
+        }
+        if (attention(q, k_cache, v_cache, kv_width, m.num_slots, m.page_table,
+                      m.page_table_stride, b.table_rows, b.kv_lens, attn, n, m.qo_heads,
+                      m.kv_heads, d, m.scale, b.threads))
+            return kBadPageEntry;
+        linear<T>(attn, q_width, w(lw.o_proj), nullptr, x, h, n, h, q_width, b.threads);
+        add_rmsnorm<T>(x, h, residual, h, w(lw.post_norm), m.eps, normed, residual, n, h,
+                       b.threads);
+        linear<T>(normed, h, w(lw.gate_up), nullptr, gate_up, 2 * m.inter, n, 2 * m.inter, h,
+                  b.threads);
+        silu_mul<T>(gate_up, 2 * m.inter, act, n, m.inter, b.threads);
+        linear<T>(act, m.inter, w(lw.down), nullptr, x, h, n, h, m.inter, b.threads);
+    }
+    add_rmsnorm<T>(x, h, residual, h, w(m.final_norm), m.eps, normed, residual, n, h, b.threads);
+    return kOk;
+}
+
 }  // namespace
 
 // The C entry points: one per op and element type (f32, and bf16 passed as uint16_t).
@@ -255,3 +380,10 @@ int64_t rope(const T* qkv, int64_t ld, const int64_t* positions, const float* co
 
 MINISGL_CPU_OPS(f32, float)
 MINISGL_CPU_OPS(bf16, uint16_t)
+
+extern "C" int64_t minisgl_cpu_decode_step_f32(const DecodeModel* m, const DecodeBatch* b) {
+    return decode_step<float>(*m, *b);
+}
+extern "C" int64_t minisgl_cpu_decode_step_bf16(const DecodeModel* m, const DecodeBatch* b) {
+    return decode_step<uint16_t>(*m, *b);
+}
