@@ -26,7 +26,6 @@ from minisgl.utils.hf import default_model, resolve_model
 # (kept apart: chapter 25 adds this name to scheduler/config.py, and the trees before it drop it)
 from minisgl.scheduler.config import GRAMMAR_BACKENDS
 
-from .dp import check_data_parallel
 from .guard import DEFAULT_BODY_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES
 
 
@@ -87,7 +86,7 @@ class ServerArgs(SchedulerConfig):
                 raise ValueError(f"--dist-init-addr {self.dist_init_addr!r} must be HOST:PORT "
                                  f"with room for {self.tp_size} ports above PORT")
         # >>> ch27
-        check_data_parallel(self)  # --dp-size and --load-balance-method (dp.py)
+        check_data_parallel(self)  # --dp-size and --load-balance-method (below)
         # <<< ch27
 
     def public_settings(self) -> dict[str, Any]:
@@ -235,6 +234,38 @@ def check_device(device: str) -> None:
                         f"CUDA device(s)")
 
 
+# >>> ch27
+def check_data_parallel(args: ServerArgs) -> None:
+    """The replicas must fit this machine: a GPU per rank on CUDA, a core per process on a CPU.
+    A ValueError names the flag (the launcher reports it as a flag error). Here with the other
+    flag checks rather than in dp.py beside the replicas: ServerArgs runs it, and dp.py names
+    ServerArgs in its annotations, so the two modules would import each other."""
+    import os  # here, not at the top: the trees before chapter 27 have no use for it
+
+    if args.dp_size < 1:
+        raise ValueError(f"--dp-size must be >= 1, got {args.dp_size}")
+    if args.load_balance_method not in LOAD_BALANCE_METHODS:
+        raise ValueError(f"--load-balance-method must be one of "
+                         f"{', '.join(LOAD_BALANCE_METHODS)}, got {args.load_balance_method!r}")
+    if args.dp_size > 1 and args.nnodes > 1:
+        raise ValueError("--dp-size > 1 runs its replicas on this machine; for replicas on "
+                         "several machines, start one server on each and put sglang-router in "
+                         "front (docs/chapters/ch27.md)")
+    units = args.dp_size * args.tp_size // args.nnodes  # processes on this machine
+    if args.device.startswith("cuda"):
+        if args.dp_size > 1 and args.device != "cuda":
+            raise ValueError(f"--dp-size places replica i on the GPUs from cuda:{args.tp_size}*i "
+                             f"on; give --device cuda, not {args.device} (CUDA_VISIBLE_DEVICES "
+                             f"picks the GPUs)")
+        if units > (gpus := torch.cuda.device_count()):
+            raise ValueError(f"--dp-size {args.dp_size} x --tp {args.tp_size} needs {units} "
+                             f"GPUs on this machine; it has {gpus}")
+    elif units > (cores := os.cpu_count() or 1):
+        raise ValueError(f"--dp-size {args.dp_size} x --tp {args.tp_size} needs {units} "
+                         f"processes with a core each; this machine has {cores} cores")
+
+
+# <<< ch27
 def parse_args(argv: list[str] | None = None) -> tuple[ServerArgs, bool]:
     """The server's settings and whether to run the shell. A bad flag value raises FlagError, a
     model that cannot be found MinisglError."""

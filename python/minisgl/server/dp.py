@@ -16,67 +16,45 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from minisgl.distributed.local import free_port
-from minisgl.message.dp import LOAD_BALANCE_METHODS
 from minisgl.scheduler.tp import TPRank
 from minisgl.utils.mp import ipc_addr
 
+# The settings' type, for the annotations, and nothing else of server/: launch.py, metrics.py and
+# routes_ops.py import this module, so it takes the launcher's addresses as plain values (a path
+# and strings), and the flag checks live in args.py, which imports nothing from here.
 if TYPE_CHECKING:
     from .args import ServerArgs
-    from .launch import Addresses
 
 
-def check_data_parallel(args: ServerArgs) -> None:
-    """The replicas must fit this machine: a GPU per rank on CUDA, a core per process on a CPU.
-    A ValueError names the flag (the launcher reports it as a flag error)."""
-    if args.dp_size < 1:
-        raise ValueError(f"--dp-size must be >= 1, got {args.dp_size}")
-    if args.load_balance_method not in LOAD_BALANCE_METHODS:
-        raise ValueError(f"--load-balance-method must be one of "
-                         f"{', '.join(LOAD_BALANCE_METHODS)}, got {args.load_balance_method!r}")
-    if args.dp_size > 1 and args.nnodes > 1:
-        raise ValueError("--dp-size > 1 runs its replicas on this machine; for replicas on "
-                         "several machines, start one server on each and put sglang-router in "
-                         "front (docs/chapters/ch27.md)")
-    units = args.dp_size * args.tp_size // args.nnodes  # processes on this machine
-    if args.device.startswith("cuda"):
-        if args.dp_size > 1 and args.device != "cuda":
-            raise ValueError(f"--dp-size places replica i on the GPUs from cuda:{args.tp_size}*i "
-                             f"on; give --device cuda, not {args.device} (CUDA_VISIBLE_DEVICES "
-                             f"picks the GPUs)")
-        if units > (gpus := torch.cuda.device_count()):
-            raise ValueError(f"--dp-size {args.dp_size} x --tp {args.tp_size} needs {units} "
-                             f"GPUs on this machine; it has {gpus}")
-    elif units > (cores := os.cpu_count() or 1):
-        raise ValueError(f"--dp-size {args.dp_size} x --tp {args.tp_size} needs {units} "
-                         f"processes with a core each; this machine has {cores} cores")
+def replica_addrs(folder: Path, scheduler_addr: str, dp_size: int) -> list[str]:
+    """Each replica's input socket, in the launcher's private ipc folder; replica 0 keeps the
+    scheduler's address."""
+    return [scheduler_addr, *(ipc_addr(folder, f"scheduler-dp{i}") for i in range(1, dp_size))]
 
 
-def replica_addrs(addrs: Addresses, dp_size: int) -> list[str]:
-    """Each replica's input socket; replica 0 keeps the scheduler's address."""
-    return [addrs.scheduler,
-            *(ipc_addr(addrs.folder, f"scheduler-dp{i}") for i in range(1, dp_size))]
-
-
-def replica_ranks(ctx: Any, args: ServerArgs, addrs: Addresses, main: Callable[..., None]
-                  ) -> list[mp.process.BaseProcess]:
+def replica_ranks(ctx: Any, args: ServerArgs, folder: Path, scheduler_addr: str, send_addr: str,
+                  ready_addr: str, main: Callable[..., None]) -> list[mp.process.BaseProcess]:
     """The scheduler processes of every replica: `main` (the scheduler's entry point) in each,
-    with the replica's own rendezvous port and rank links under --tp."""
+    with the replica's own rendezvous port and rank links under --tp. The addresses are the
+    launcher's (its Addresses): every replica sends to the one detokenizer and reports ready to
+    the one launcher."""
     size, procs = args.tp_size, []
     threads = max(1, (os.cpu_count() or 1) // (args.dp_size * size))
-    for replica, recv_addr in enumerate(replica_addrs(addrs, args.dp_size)):
+    for replica, recv_addr in enumerate(replica_addrs(folder, scheduler_addr, args.dp_size)):
         init_method = f"tcp://127.0.0.1:{free_port()}" if size > 1 else ""
-        links = tuple(ipc_addr(addrs.folder, f"dp{replica}-tp-rank{r}") for r in range(1, size))
+        links = tuple(ipc_addr(folder, f"dp{replica}-tp-rank{r}") for r in range(1, size))
         for rank in range(size):
             tp = TPRank(rank, size, init_method, links, replica=replica)
             name = f"scheduler-dp{replica}" + (f"-rank{rank}" if size > 1 else "")
             procs.append(ctx.Process(target=run_replica, name=name, args=(
-                threads, main, args, recv_addr, addrs.detokenizer, addrs.ready, tp)))
+                threads, main, args, recv_addr, send_addr, ready_addr, tp)))
     return procs
 
 

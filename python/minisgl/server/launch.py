@@ -99,7 +99,8 @@ class Workers:
                 args=(args.model_path, addr, addrs.scheduler, addrs.frontend, addrs.ready,
                       f"tokenizer-{i}"),
                 # >>> ch27
-                kwargs={"more_replicas": tuple(replica_addrs(addrs, args.dp_size)[1:])},
+                kwargs={"more_replicas": tuple(
+                    replica_addrs(addrs.folder, addrs.scheduler, args.dp_size)[1:])},
                 # <<< ch27
             ))
 
@@ -169,7 +170,8 @@ def scheduler_ranks(ctx, args: ServerArgs, addrs: Addresses) -> list[mp.process.
     """This machine's scheduler processes: rank 0 alone, or its share of the --tp ranks."""
     # >>> ch27
     if args.dp_size > 1:  # a group of ranks per replica, each reading its own socket (dp.py)
-        return replica_ranks(ctx, args, addrs, scheduler_main)
+        return replica_ranks(ctx, args, addrs.folder, addrs.scheduler, addrs.detokenizer,
+                             addrs.ready, scheduler_main)
     # <<< ch27
     size = args.tp_size
     if size == 1:
