@@ -15,7 +15,8 @@ from minisgl.engine.cpu_step import CpuStepRunner
 from minisgl.kernel import cpu_ops
 from minisgl.layers.cpu_pack import sub_ops
 from minisgl.layers.linear import _Linear
-from minisgl.ops import cpu_impls, hook
+from minisgl.ops import hook
+from minisgl.ops.cpu_impls import pack_weight
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None or not cpu_ops.available(),
@@ -101,7 +102,7 @@ def test_step_gives_the_op_by_op_engines_logits(dtype, atol, tmp_path):
         torch.testing.assert_close(a, b, rtol=0, atol=atol)
 
 
-def test_build_says_why_not_and_traces_run_op_by_op(tmp_path, monkeypatch):
+def test_build_says_why_not_and_a_trace_runs_op_by_op(tmp_path, monkeypatch):
     model_type, arch, overrides = CASES["llama"]
     save_random_hf_model(tmp_path, model_type, arch, seed=5, **overrides)
     engine = scheduler(tmp_path).engine
@@ -113,12 +114,14 @@ def test_build_says_why_not_and_traces_run_op_by_op(tmp_path, monkeypatch):
     class Batch:
         is_prefill, size, input_ids = False, 2, [7, 8]
 
+    assert runner.can_run(Batch())
+    # >>> ch21
     monkeypatch.setattr(hook, "installed", object())  # a trace watches the ops
     assert not runner.can_run(Batch())
     monkeypatch.setattr(hook, "installed", None)
-    assert runner.can_run(Batch())
+    # <<< ch21
     proj = next(op for op in sub_ops(engine.model) if isinstance(op, _Linear))
-    proj.weight = cpu_impls.pack_weight(proj.weight)  # oneDNN's opaque layout
+    proj.weight = pack_weight(proj.weight)  # oneDNN's opaque layout
     assert CpuStepRunner.build(*args) == (None, "a weight is packed, quantized, biased or "
                                                 "shaped unlike the config")
     assert CpuStepRunner.build(*args[:3], object(), args[4])[0] is None  # not the cpu backend
