@@ -29,10 +29,11 @@ def fresh(gen: torch.Generator, *shape: int, dtype=torch.float32, scale: float =
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,n,k", [(1, 37, 100), (2, 64, 96), (3, 5, 8), (4, 9, 7),
-                                      (7, 130, 576), (40, 12, 33), (0, 8, 16)])
+                                      (7, 130, 576), (40, 12, 33), (0, 8, 16), (100, 13, 40)])
 def test_linear_matches_f_linear(dtype, rows, n, k):
     """Tiles of 3 rows x 4 outputs with every remainder: rows 1-4 and 7, outputs not a multiple
-    of 4, K not a multiple of 8 (the scalar tail), and no rows at all."""
+    of 4, K not a multiple of 8 (the scalar tail), no rows at all, and 100 rows: two chunks of 48
+    and a rest."""
     gen = torch.Generator().manual_seed(rows * 1000 + n * 10 + k)
     x, w, b = fresh(gen, rows, k, dtype=dtype), fresh(gen, n, k, dtype=dtype), \
         fresh(gen, n, dtype=dtype)

@@ -105,19 +105,32 @@ void outputs(const T* x, int64_t ldx, const T* w, int64_t k_len, const T* bias, 
 }
 
 // y[rows, n] = x[rows, k] W[n, k]^T (+ bias[n]); each thread takes a contiguous band of W's rows,
-// so it streams its part of W from memory in order
+// so it streams its part of W from memory in order. Long inputs (a prefill) go through in chunks
+// of kChunkRows rows, which stay in the L2 cache while the band of W passes over them: without
+// the chunks every 4 rows of W would read all of x again from memory (measured on 2048 rows of
+// SmolLM2's shapes: 51 GFLOP/s whole, 78 in chunks of 48, the same as whole up to 512 rows).
+constexpr int64_t kChunkRows = 48;
+
 template <typename T>
 void linear(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ldy, int64_t rows,
             int64_t n, int64_t k, int threads) {
     const int64_t blocks = (n + 3) / 4;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        const int64_t j = b * 4;
-        if (j + 4 <= n) {
-            outputs<T, 4>(x, ldx, w + j * k, k, bias ? bias + j : nullptr, y + j, ldy, rows);
-        } else {
-            for (int64_t jj = j; jj < n; jj++)
-                outputs<T, 1>(x, ldx, w + jj * k, k, bias ? bias + jj : nullptr, y + jj, ldy, rows);
+#pragma omp parallel num_threads(threads)
+    for (int64_t m = 0; m < rows; m += kChunkRows) {
+        const int64_t chunk = rows - m < kChunkRows ? rows - m : kChunkRows;
+        const T* xc = x + m * ldx;
+        T* yc = y + m * ldy;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            const int64_t j = b * 4;
+            if (j + 4 <= n) {
+                outputs<T, 4>(xc, ldx, w + j * k, k, bias ? bias + j : nullptr, yc + j, ldy,
+                              chunk);
+            } else {
+                for (int64_t jj = j; jj < n; jj++)
+                    outputs<T, 1>(xc, ldx, w + jj * k, k, bias ? bias + jj : nullptr, yc + jj,
+                                  ldy, chunk);
+            }
         }
     }
 }
