@@ -4,10 +4,13 @@ against oneDNN on weights packed once (ops/cpu_impls.py) and the C++ linear over
 the speed `torch.sum` reads memory at. Where oneDNN cannot multiply bf16 (no AVX-512) its column
 says n/a.
 
-    python benchmarks/cpu_linear_packing.py [--repeat 5]
+    python benchmarks/cpu_linear_packing.py [--repeat 5] [--rows 1,8,32] [--layers 30]
+                                            [--dtypes float32,bfloat16]
 
 Thirty layers of distinct random weights in SmolLM2-135M's shapes plus its LM head, so that no
 weight stays in a cache between two uses: the figure is ms per step and the GB/s it reads.
+Above 32 rows (a prefill, which computes logits for its last tokens only) the LM head is left out
+and GFLOP/s are printed too: there the multiply-adds, not the bytes, set the time.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ LAYERS = 30
 LM_HEAD = (49152, 576)
 
 
-def weights(dtype: torch.dtype) -> list[torch.Tensor]:
+def weights(dtype: torch.dtype, layers: int = LAYERS) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
-    shapes = LAYER_SHAPES * LAYERS + [LM_HEAD]
+    shapes = LAYER_SHAPES * layers + [LM_HEAD]
     return [torch.randn(shape, generator=gen).to(dtype) for shape in shapes]
 
 
@@ -55,10 +58,14 @@ def ms_per_step(ws: list[torch.Tensor], rows: int, how: str, repeat: int) -> flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rows", default="1,8,32", help="comma-separated rows (batch) to time")
+    parser.add_argument("--layers", type=int, default=LAYERS, help="layers of weights (+ LM head)")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
     args = parser.parse_args()
+    rows_list = [int(r) for r in args.rows.split(",")]
     print(f"CPU: {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch "
           f"{torch.__version__} ({torch.backends.cpu.get_cpu_capability()}); SmolLM2-135M's "
-          f"{LAYERS} layers + LM head, distinct random weights; mean of {args.repeat} steps")
+          f"{args.layers} layers + LM head, distinct random weights; mean of {args.repeat} steps")
     big = torch.randn(135_000_000)
     big.sum()
     start = time.perf_counter()
@@ -67,10 +74,12 @@ def main() -> int:
     seconds = (time.perf_counter() - start) / args.repeat
     print(f"torch.sum reads fp32 at {big.numel() * 4 / seconds / 1e9:.1f} GB/s")
     del big
-    for dtype in (torch.float32, torch.bfloat16):
-        ws = weights(dtype)
-        nbytes = sum(w.numel() for w in ws) * ws[0].element_size()
-        for rows in (1, 8, 32):
+    for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
+        all_weights = weights(dtype, args.layers)
+        for rows in rows_list:
+            ws = all_weights if rows <= 32 else all_weights[:-1]  # no LM head in a prefill
+            nbytes = sum(w.numel() for w in ws) * ws[0].element_size()
+            flops = 2 * sum(w.numel() for w in ws)  # per row
             line = f"{str(dtype).removeprefix('torch.'):8s} rows {rows:2d}:"
             for how, label in (("plain", "F.linear"), ("packed", "packed"), ("cpp", "C++")):
                 if (how == "packed" and not packs(dtype)) or (how == "cpp"
@@ -78,7 +87,8 @@ def main() -> int:
                     line += f"  {label} n/a"
                     continue
                 ms = ms_per_step(ws, rows, how, args.repeat)
-                line += f"  {label} {ms:6.1f} ms ({nbytes / ms / 1e6:4.1f} GB/s)"
+                line += f"  {label} {ms:6.1f} ms ({nbytes / ms / 1e6:4.1f} GB/s"
+                line += f", {flops * rows / ms / 1e6:3.0f} GFLOP/s)" if rows > 32 else ")"
             print(line)
     return 0
 

@@ -107,8 +107,10 @@ void outputs(const T* x, int64_t ldx, const T* w, int64_t k_len, const T* bias, 
 // y[rows, n] = x[rows, k] W[n, k]^T (+ bias[n]); each thread takes a contiguous band of W's rows,
 // so it streams its part of W from memory in order. Long inputs (a prefill) go through in chunks
 // of kChunkRows rows, which stay in the L2 cache while the band of W passes over them: without
-// the chunks every 4 rows of W would read all of x again from memory (measured on 2048 rows of
-// SmolLM2's shapes: 51 GFLOP/s whole, 78 in chunks of 48, the same as whole up to 512 rows).
+// the chunks every 4 rows of W would read all of x again, from memory once x outgrows the caches.
+// At prefill sizes oneDNN's packed weights are still about an eighth faster
+// (benchmarks/results/cpu_linear_cpp_prefill.txt): its kernel broadcasts x and keeps the sums
+// along N, with no horizontal sums at the end of each dot product.
 constexpr int64_t kChunkRows = 48;
 
 template <typename T>
