@@ -1,5 +1,5 @@
-"""Chapter 20, for the CPU: the C++ decode attention kernel over the paged pool, and the backend
-that uses it. References: a per-request fp32 softmax(q k^T) v in torch, and the torch backend."""
+"""Chapter 20, for the CPU: the C++ attention kernel over the paged pool, and the backend that
+uses it for decode and prefill batches. References: a per-request fp32 softmax(q k^T) v in torch, and the torch backend."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import shutil
 import pytest
 import torch
 
-from minisgl.attention import BACKENDS, auto_backend
+from minisgl.attention import BACKENDS, TorchNativeBackend, auto_backend
 from minisgl.attention.cpu import CpuBackend
-from minisgl.core import SamplingParams
+from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kernel import cpu_attention
+from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
 from minisgl.llm import LLM
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None or not cpu_attention.available(),
@@ -115,6 +116,49 @@ def test_hostile_inputs_are_refused_before_any_read():
     poisoned[rows[1], 3] = -1
     with pytest.raises(ValueError, match="outside the pool"):
         call(page_table=poisoned)
+
+
+@needs_cxx
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_prefill_through_the_kernel_equals_the_torch_backend(dtype):
+    """One layer call of a prefill batch (a prefix hit, a whole new prompt, one new token after
+    a long prefix, a prompt across page edges) and of a decode batch, on one shuffled pool and
+    page table: the cpu backend (every new token a row of the kernel) against the torch backend
+    (SDPA per request). Both store the same K/V; outputs agree to the dtype's rounding."""
+    heads, kv_heads, head_dim, pages, page_size = 6, 2, 64, 48, 16
+    gen = torch.Generator().manual_seed(11 if dtype == torch.float32 else 12)
+    slots = pages * page_size
+    pools = [MHAKVCache(KVPoolConfig(num_layers=2, num_kv_heads=kv_heads, head_dim=head_dim,
+                                     num_pages=pages, page_size=page_size, dtype=dtype,
+                                     device=torch.device("cpu"))) for _ in range(2)]
+    old_k = torch.randn(slots, kv_heads, head_dim, generator=gen).to(dtype)
+    old_v = torch.randn(slots, kv_heads, head_dim, generator=gen).to(dtype)
+    for pool in pools:  # cached prefixes: the same random K/V in both pools
+        pool.store_kv(old_k, old_v, torch.arange(slots), layer_id=1)
+    table = torch.randperm(slots, generator=gen).int().view(4, slots // 4)
+    backends = {"cpu": CpuBackend(pools[0], table, heads, kv_heads),
+                "torch": TorchNativeBackend(pools[1], table, heads, kv_heads)}
+    # (row, cached, new)
+    for phase, lens in (("prefill", [(2, 13, 9), (0, 0, 40), (3, 150, 1), (1, 5, 33)]),
+                        ("decode", [(1, 39, 1), (3, 4, 1), (0, 17, 1), (2, 191, 1)])):
+        reqs = [Req(uid=i, input_ids=[0] * (c + n), sampling_params=SamplingParams(),
+                    table_idx=row, cached_len=c, extend_len=n)
+                for i, (row, c, n) in enumerate(lens)]
+        batch = Batch(reqs, phase)
+        batch.out_loc = torch.cat([table[r.table_idx, r.cached_len:r.seq_len].long()
+                                   for r in reqs])
+        tokens = len(batch.out_loc)
+        q = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
+        k = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype)
+        v = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype)
+        outs = {}
+        for name, backend in backends.items():
+            backend.prepare_metadata(batch)
+            outs[name] = backend.forward(q, k, v, layer_id=1, batch=batch)
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(outs["cpu"].float(), outs["torch"].float(), **tol)
+        assert torch.equal(pools[0].k_cache(1), pools[1].k_cache(1))
+        assert torch.equal(pools[0].v_cache(1), pools[1].v_cache(1))
 
 
 @needs_cxx

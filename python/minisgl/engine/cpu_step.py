@@ -19,7 +19,7 @@ import ctypes
 
 import torch
 
-from minisgl.attention.cpu import CpuBackend, CpuDecodeMetadata
+from minisgl.attention.cpu import CpuBackend, CpuKernelMetadata
 from minisgl.core import Batch
 from minisgl.distributed import get_tp_info
 from minisgl.kernel import cpu_attention, cpu_ops
@@ -80,7 +80,7 @@ class CpuStepRunner:
         """(a runner, "") when the model and engine fit the C++ step, else (None, why not)."""
         if not cpu_ops.available() or not cpu_attention.available():
             return None, "the C++ CPU kernels are not built or are switched off"
-        if not isinstance(backend, CpuBackend) or not backend.kernel_decodes:
+        if not isinstance(backend, CpuBackend) or not backend.kernel_runs:
             return None, "the attention backend is not the cpu one with its C++ decode"
         if dtype not in cpu_ops.DTYPES or get_tp_info().size != 1:
             return None, "it needs fp32 or bf16 in one process"
@@ -124,7 +124,7 @@ class CpuStepRunner:
         """The logits [len(last), V] fp32 of a decode batch, as CausalLM.forward gives them."""
         self.backend.prepare_metadata(batch)
         meta = batch.attn_metadata
-        assert isinstance(meta, CpuDecodeMetadata)
+        assert isinstance(meta, CpuKernelMetadata)
         hidden = self.model.model.embed_tokens.forward(batch.input_ids).contiguous()
         n = hidden.shape[0]
         buffers = {name: torch.empty(n, width, dtype=self.dtype)

@@ -56,6 +56,20 @@ inline void store(float x, uint16_t* out) {  // round to nearest, ties to even
     *out = static_cast<uint16_t>(bits >> 16);
 }
 
+// A request's keys and values lie wherever its pages are: each step of the loops below jumps to
+// a slot whose address the hardware prefetcher cannot guess, and waits for memory at every new
+// page. Asking for the row kAhead tokens ahead hides most of that wait: with 30 layers' pools far
+// larger than the caches, a layer of 17 requests of 130-300 tokens went from 218 to 128 us (13 to
+// 22 GB/s) on the 2-core AVX-512 VM; with the pool in the cache it takes 73 us either way.
+constexpr int64_t kAhead = 48;
+
+template <typename T>
+inline void prefetch_row(const T* row, int64_t elements) {
+    const char* p = reinterpret_cast<const char*>(row);
+    for (int64_t offset = 0; offset < elements * static_cast<int64_t>(sizeof(T)); offset += 64)
+        __builtin_prefetch(p + offset);
+}
+
 // exp(x) for x <= 0 (a softmax subtracts the largest score first) in plain arithmetic, so that
 // the compiler vectorises the loop that calls it; libm's expf is a call per element. 2^(x log2 e)
 // is split into 2^n (written into the exponent bits) and 2^f for f in [0, 1) (a polynomial):
@@ -84,6 +98,8 @@ void scores_portable(const T* q, const T* k_cache, int64_t slot_stride, const in
     const int64_t head_dim = kDim > 0 ? kDim : runtime_dim;
     for (int64_t i = 0; i < groups * head_dim; ++i) qf[i] = load(q[i]) * scale;
     for (int64_t j = 0; j < len; ++j) {
+        if (j + kAhead < len)
+            prefetch_row(k_cache + slots[j + kAhead] * slot_stride + h * head_dim, head_dim);
         const T* key = k_cache + slots[j] * slot_stride + h * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) row[d] = load(key[d]);
         for (int64_t g = 0; g < groups; ++g) {
@@ -129,12 +145,17 @@ void scores_dpbf16(const uint16_t* q, const uint16_t* k_cache, int64_t slot_stri
                    float* scores) {
     constexpr int kChunks = kDim / 32;
     const __m512 scaled = _mm512_set1_ps(scale);
+    for (int64_t j = 0; j < std::min(kAhead, len); ++j)  // the first keys, ahead too
+        prefetch_row(k_cache + slots[j] * slot_stride + h * kDim, kDim);
     for (int64_t g = 0; g < groups; ++g) {
         __m512bh qg[kChunks];
         for (int c = 0; c < kChunks; ++c)
             qg[c] = (__m512bh)_mm512_loadu_si512(q + g * kDim + 32 * c);
         for (int64_t j0 = 0; j0 < len; j0 += 16) {
             const int n = static_cast<int>(std::min<int64_t>(16, len - j0));
+            if (g == 0)  // 16 keys kAhead on; the other query heads find them in the cache
+                for (int64_t j = j0 + kAhead; j < std::min(j0 + kAhead + 16, len); ++j)
+                    prefetch_row(k_cache + slots[j] * slot_stride + h * kDim, kDim);
             __m512 part[16];
             for (int jj = 0; jj < 16; ++jj) {
                 part[jj] = _mm512_setzero_ps();
@@ -171,7 +192,11 @@ void values_fixed(const float* p, int64_t len, const T* v_cache, int64_t slot_st
     __m512 sum[kGroups][kChunks];
     for (int g = 0; g < kGroups; ++g)
         for (int c = 0; c < kChunks; ++c) sum[g][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < std::min(kAhead, len); ++j)
+        prefetch_row(v_cache + slots[j] * slot_stride + h * kDim, kDim);
     for (int64_t j = 0; j < len; ++j) {
+        if (j + kAhead < len)
+            prefetch_row(v_cache + slots[j + kAhead] * slot_stride + h * kDim, kDim);
         const T* value = v_cache + slots[j] * slot_stride + h * kDim;
         __m512 row[kChunks];
         for (int c = 0; c < kChunks; ++c) row[c] = load16(value + 16 * c);
@@ -262,6 +287,9 @@ int64_t decode_attention(const T* q, const T* k_cache, const T* v_cache, int64_t
                 if (!summed) {
                     std::fill(acc.begin(), acc.end(), 0.f);
                     for (int64_t j = 0; j < len; ++j) {  // pass 2: every value once
+                        if (j + kAhead < len)
+                            prefetch_row(v_cache + slots[j + kAhead] * slot_stride + h * head_dim,
+                                         head_dim);
                         const T* value = v_cache + slots[j] * slot_stride + h * head_dim;
                         for (int64_t d = 0; d < head_dim; ++d) row[d] = load(value[d]);
                         for (int64_t g = 0; g < groups; ++g) {
