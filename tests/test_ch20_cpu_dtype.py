@@ -65,8 +65,8 @@ def test_the_default_cpu_configuration_agrees_with_hf_in_its_own_dtype(
     chosen, after which the sequences part (HF's own generate and its forward over the same tokens
     disagree at such ties). So every token the engine chose is checked against HF in bf16, given
     the same preceding tokens (one forward over prompt + the engine's answer): it must be HF's
-    best token, or within two bf16 steps of HF's best logit; and most answers must be HF's
-    greedy answers token for token."""
+    best token, or within two bf16 steps of HF's best logit plus HF's own bf16 error there
+    (against HF in fp32); and most answers must be HF's greedy answers token for token."""
     from transformers import AutoModelForCausalLM
 
     from minisgl.llm import LLM
@@ -83,14 +83,21 @@ def test_the_default_cpu_configuration_agrees_with_hf_in_its_own_dtype(
         assert answers == [hf_greedy.generate(i, MAX_TOKENS) for i in ids]
         return
     hf = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.bfloat16).eval()
+    hf32 = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     exact = 0
     with torch.no_grad():
         for prompt, answer in zip(ids, answers):
             logits = hf(torch.tensor([prompt + answer])).logits[0].float()
+            exact_logits = hf32(torch.tensor([prompt + answer])).logits[0]
             for j, token in enumerate(answer):
-                row = logits[len(prompt) - 1 + j]
+                row, row32 = logits[len(prompt) - 1 + j], exact_logits[len(prompt) - 1 + j]
                 best = row.max().item()
-                assert best - row[token].item() <= 2 * bf16_step(best), (prompt, j, token)
+                # HF's bf16 logits are themselves off their fp32 values, by about as much as
+                # ours: after 30 bf16 layers a best logit near 11 was 0.14 (2.3 bf16 steps) off
+                # (measured). The engine's token may be that far, plus two steps, below HF's best.
+                own_error = abs(best - row32[row.argmax()].item())
+                assert best - row[token].item() <= 2 * bf16_step(best) + own_error, \
+                    (prompt, j, token)
             greedy = hf.generate(torch.tensor([prompt]), max_new_tokens=MAX_TOKENS,
                                  do_sample=False)[0, len(prompt):].tolist()
             exact += greedy == answer

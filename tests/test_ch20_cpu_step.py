@@ -89,8 +89,13 @@ def test_step_gives_the_op_by_op_engines_logits(dtype, atol, tmp_path):
     runs = []
     for use_step in (True, False):
         sched = scheduler(tmp_path, dtype)
+        qkv = sched.engine.model.model.layers.ops[0].self_attn.qkv_proj.weight
+        # bf16 on a CPU with AVX-512 BF16: both paths read pack_bf16's panels
+        assert cpu_ops.is_packed_bf16(qkv) == (dtype == "bfloat16" and cpu_ops.has_packed_bf16())
         if not use_step:
             sched.engine.cpu_step = None
+        else:
+            assert sched.engine.cpu_step is not None
         runs.append(decode_logits(sched, prompts, steps=6))
     (fast, fast_tokens, _), (slow, slow_tokens, _) = runs
     if dtype == "float32":
@@ -122,8 +127,8 @@ def test_build_says_why_not_and_a_trace_runs_op_by_op(tmp_path, monkeypatch):
     # <<< ch21
     proj = next(op for op in sub_ops(engine.model) if isinstance(op, _Linear))
     proj.weight = pack_weight(proj.weight)  # oneDNN's opaque layout
-    assert CpuStepRunner.build(*args) == (None, "a weight is packed, quantized, biased or "
-                                                "shaped unlike the config")
+    assert CpuStepRunner.build(*args) == (None, "a weight is packed for oneDNN, quantized, "
+                                                "biased or shaped unlike the config")
     assert CpuStepRunner.build(*args[:3], object(), args[4])[0] is None  # not the cpu backend
     assert CpuStepRunner.build(*args[:4], torch.float16)[0] is None
 

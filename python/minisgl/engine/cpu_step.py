@@ -36,6 +36,15 @@ def plain(t: object, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
                          and tuple(t.shape) == shape)
 
 
+def weight_fits(t: object, dtype: torch.dtype, shape: tuple[int, int], packed: bool) -> bool:
+    """A layer's [out, in] weight as the step reads it: plain, or (all layers alike) in
+    pack_bf16's panels [out / 16, in / 2, 16, 2]."""
+    if not packed:
+        return plain(t, dtype, shape)
+    return cpu_ops.is_packed_bf16(t) and tuple(t.shape) == (
+        shape[0] // cpu_ops.PANEL, shape[1] // 2, cpu_ops.PANEL, 2)
+
+
 class CpuStepRunner:
     def __init__(self, model: CausalLM, kv_cache: MHAKVCache, page_table: torch.Tensor,
                  backend: CpuBackend, dtype: torch.dtype) -> None:
@@ -71,7 +80,8 @@ class CpuStepRunner:
             ptr(model.model.norm.weight), ptr(rotary._cos), ptr(rotary._sin),
             rotary._cos.shape[0], kv_cache.k_cache(0).shape[0], ptr(page_table),
             page_table.stride(0), page_table.shape[0],
-            ctypes.cast(attention, ctypes.c_void_p).value)
+            ctypes.cast(attention, ctypes.c_void_p).value,
+            int(cpu_ops.is_packed_bf16(layers[0].self_attn.qkv_proj.weight)))
         self._keep = (model, kv_cache, page_table, rotary)  # what the pointers point into
 
     @classmethod
@@ -89,6 +99,7 @@ class CpuStepRunner:
         c = model.config
         h, d = c.hidden_size, c.head_dim
         widths = ((c.num_qo_heads + 2 * c.num_kv_heads) * d, c.num_qo_heads * d)
+        packed = cpu_ops.is_packed_bf16(model.model.layers.ops[0].self_attn.qkv_proj.weight)
         for layer in model.model.layers.ops:
             attn, mlp = layer.self_attn, layer.mlp
             if not isinstance(mlp, MLP):
@@ -96,16 +107,19 @@ class CpuStepRunner:
             norms = [(layer.input_layernorm, h), (layer.post_attention_layernorm, h)]
             if hasattr(attn.attn, "q_norm"):
                 norms += [(attn.attn.q_norm, d), (attn.attn.k_norm, d)]
-            shapes = [(attn.qkv_proj.weight, (widths[0], h)), (attn.qkv_proj.bias, (widths[0],)),
-                      (attn.o_proj.weight, (h, widths[1])),
-                      (mlp.gate_up_proj.weight, (2 * c.intermediate_size, h)),
-                      (mlp.down_proj.weight, (h, c.intermediate_size)),
-                      *((norm.weight, (size,)) for norm, size in norms)]
-            if not all(plain(t, dtype, shape) for t, shape in shapes) \
+            weights = [(attn.qkv_proj.weight, (widths[0], h)),
+                       (attn.o_proj.weight, (h, widths[1])),
+                       (mlp.gate_up_proj.weight, (2 * c.intermediate_size, h)),
+                       (mlp.down_proj.weight, (h, c.intermediate_size))]
+            vectors = [(attn.qkv_proj.bias, (widths[0],)),
+                       *((norm.weight, (size,)) for norm, size in norms)]
+            if not all(weight_fits(t, dtype, shape, packed) for t, shape in weights) \
+                    or not all(plain(t, dtype, shape) for t, shape in vectors) \
                     or any(norm.eps != c.rms_norm_eps for norm, _ in norms) \
                     or any(p.bias is not None for p in (attn.o_proj, mlp.gate_up_proj,
                                                         mlp.down_proj)):
-                return None, "a weight is packed, quantized, biased or shaped unlike the config"
+                return None, "a weight is packed for oneDNN, quantized, biased or shaped unlike " \
+                    "the config"
         rotary = model.model.layers.ops[0].self_attn.attn._rotary
         if not plain(rotary._cos, torch.float32, (rotary._cos.shape[0], d)) \
                 or not plain(model.model.norm.weight, dtype, (h,)):
@@ -139,6 +153,9 @@ class CpuStepRunner:
                                        "act")),
                                    *(t.data_ptr() for t in index), torch.get_num_threads())
         cpu_ops.decode_step(self._model, step, self.dtype)
-        # the LM head over its plain weight: the C++ linear reads it faster than oneDNN reads
-        # the packed copy the op-by-op path uses
-        return cpu_ops.linear(buffers["out"][last], self.model.lm_head.logits_weight()).float()
+        # the LM head: its pack_bf16 copy where it has one; else the plain weight, which the C++
+        # linear reads faster than oneDNN reads the packed copy the op-by-op path uses
+        head = getattr(self.model.lm_head, "_packed_weight", None)
+        if not cpu_ops.is_packed_bf16(head):
+            head = self.model.lm_head.logits_weight()
+        return cpu_ops.linear(buffers["out"][last], head).float()

@@ -8,6 +8,11 @@ layer makes a handful of calls. The linear reads a plain [out, in] weight straig
 at batch 1 it reaches the bandwidth torch.sum gets, where oneDNN's packed weights reach about
 two thirds of it on the course's AVX2 machine (benchmarks/results/cpu_ops.txt).
 
+Where g++ builds with AVX-512 BF16 (`has_packed_bf16()`), bf16 weights are packed into panels of
+16 outputs by input pairs (`pack_bf16`, done once by layers/cpu_pack.py), and the linear of a
+packed weight runs on vdpbf16ps: faster than oneDNN's packed bf16 from 1 row to 512 on the 2-core
+AVX-512 VM (benchmarks/results/cpu_linear_packed_bf16.txt).
+
 ops/cpu_impls.py registers them for CPU tensors of fp32 or bf16. When nothing builds (no
 compiler), or MINISGL_DISABLE_FUSED_KERNELS=1, `available()` is False and the torch code runs:
 one warning, the same answers. Every function checks what C++ would otherwise trust (dtypes,
@@ -69,6 +74,10 @@ def load_library(build_dir: Path) -> ctypes.CDLL | None:
         fn = getattr(lib, f"minisgl_cpu_decode_step_{suffix}")
         fn.argtypes = [ctypes.POINTER(DecodeModel), ctypes.POINTER(DecodeBatch)]
         fn.restype = ctypes.c_int64
+    lib.minisgl_cpu_has_packed_bf16.restype = ctypes.c_int
+    if lib.minisgl_cpu_has_packed_bf16():
+        lib.minisgl_cpu_pack_bf16.argtypes = [_P, _I, _I, _P]
+        lib.minisgl_cpu_linear_packed_bf16.argtypes = SIGNATURES["linear"][0]
     return lib
 
 
@@ -99,10 +108,50 @@ def takes(x: torch.Tensor, *_) -> bool:
     return isinstance(x, torch.Tensor) and x.is_cpu and x.dtype in DTYPES
 
 
+PANEL = 16  # outputs per panel of a packed bf16 weight (csrc/cpu_ops.cpp: kPanel)
+
+
+@functools.cache
+def has_packed_bf16() -> bool:
+    """The library runs the packed bf16 linear: it was built with AVX-512 BF16."""
+    lib = _default_library() if available() else None
+    return lib is not None and bool(lib.minisgl_cpu_has_packed_bf16())
+
+
+def can_pack_bf16(weight: object) -> bool:
+    """A plain bf16 [out, in] CPU weight that pack_bf16 takes: out a multiple of 16, in even (the
+    packed shape then tells both; every linear of the course's models is so)."""
+    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
+            and weight.device.type == "cpu" and weight.dim() == 2 and not weight.is_mkldnn
+            and weight.shape[0] % PANEL == 0 and weight.shape[1] % 2 == 0
+            and weight.numel() > 0 and has_packed_bf16())
+
+
+def is_packed_bf16(weight: object) -> bool:
+    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
+            and weight.dim() == 4 and tuple(weight.shape[2:]) == (PANEL, 2)
+            and weight.device.type == "cpu" and weight.is_contiguous())
+
+
+def pack_bf16(weight: torch.Tensor) -> torch.Tensor:
+    """weight [out, in] -> [out / 16, in / 2, 16, 2]: element [p, t, i, j] is weight[16 p + i,
+    2 t + j], so that one 64-byte load holds the next input pair of 16 outputs."""
+    if not can_pack_bf16(weight):
+        raise ValueError("pack_bf16 takes a bf16 [out, in] CPU weight, out a multiple of "
+                         f"{PANEL} and in even, on a CPU with AVX-512 BF16")
+    n, k = weight.shape
+    plain = weight.contiguous()
+    packed = torch.empty(n // PANEL, k // 2, PANEL, 2, dtype=torch.bfloat16)
+    _default_library().minisgl_cpu_pack_bf16(plain.data_ptr(), n, k, packed.data_ptr())
+    return packed
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
            ) -> torch.Tensor:
-    """x [rows, in] @ weight[out, in]^T (+ bias) -> [rows, out]."""
+    """x [rows, in] @ weight[out, in]^T (+ bias) -> [rows, out]; weight may be pack_bf16's."""
     _rows(x, "x")
+    if is_packed_bf16(weight):
+        return _linear_packed(x, weight, bias)
     if weight.dtype != x.dtype or weight.dim() != 2 or not weight.is_contiguous() \
             or weight.is_mkldnn or weight.shape[1] != x.shape[1] or weight.device.type != "cpu":
         raise ValueError(f"weight must be a contiguous {x.dtype} [out, {x.shape[1]}] CPU matrix")
@@ -113,6 +162,23 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         _fn("linear", x.dtype)(x.data_ptr(), x.stride(0), weight.data_ptr(),
                                None if bias is None else bias.data_ptr(), y.data_ptr(), n, rows,
                                n, k, torch.get_num_threads())
+    return y
+
+
+def _linear_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+                   ) -> torch.Tensor:
+    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
+    if x.dtype != torch.bfloat16 or x.shape[1] != k:
+        raise ValueError(f"a packed bf16 weight [{n}, {k}] needs a bf16 input of {k} columns, "
+                         f"not {x.dtype} of {x.shape[1]}")
+    _vector(bias, n, x.dtype, "bias")
+    rows = x.shape[0]
+    y = torch.empty(rows, n, dtype=x.dtype)
+    if rows:
+        _default_library().minisgl_cpu_linear_packed_bf16(
+            x.data_ptr(), x.stride(0), packed.data_ptr(),
+            None if bias is None else bias.data_ptr(), y.data_ptr(), n, rows, n, k,
+            torch.get_num_threads())
     return y
 
 
@@ -202,7 +268,7 @@ class DecodeModel(ctypes.Structure):
         ("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("table_rows", ctypes.c_int64),
         ("num_slots", ctypes.c_int64), ("page_table", ctypes.c_void_p),
         ("page_table_stride", ctypes.c_int64), ("page_table_rows", ctypes.c_int64),
-        ("attention", ctypes.c_void_p)]
+        ("attention", ctypes.c_void_p), ("packed", ctypes.c_int64)]
 
 
 class DecodeBatch(ctypes.Structure):

@@ -6,13 +6,17 @@ fast as F.linear reads the plain one. Each linear layer's weight is replaced by 
 embedding table, gets a packed copy of its own, since the embedding still looks rows up.
 Afterwards the weights can no longer be read as numbers or loaded into: the engine packs last.
 fp32 layer weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain); the LM
-head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one).
+head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one). bf16
+weights go to the C++ library's own panels instead (kernel/cpu_ops.py: pack_bf16) where it was
+built with AVX-512 BF16: its vdpbf16ps linear beats oneDNN there, and the one-call decode step of
+engine/cpu_step.py reads the same panels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from minisgl.kernel import cpu_ops
 from minisgl.ops import hook
 from minisgl.ops.cpu_impls import can_pack, keep_plain, pack_weight
 
@@ -40,11 +44,19 @@ def pack_linears(model: BaseOP) -> int:
     # <<< ch21
     count = 0
     for op in sub_ops(model):
-        if isinstance(op, _Linear) and can_pack(op.weight) and not keep_plain(op.weight):
+        if isinstance(op, _Linear) and cpu_ops.can_pack_bf16(op.weight):
+            op.weight = cpu_ops.pack_bf16(op.weight)
+            count += 1
+        elif isinstance(op, _Linear) and can_pack(op.weight) and not keep_plain(op.weight):
             op.weight = pack_weight(op.weight)
             count += 1
-        elif (isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight")
-              and can_pack(op.logits_weight())):
-            op._packed_weight = pack_weight(op.logits_weight())
+        elif isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight"):
+            weight = op.logits_weight()
+            if cpu_ops.can_pack_bf16(weight):
+                op._packed_weight = cpu_ops.pack_bf16(weight)
+            elif can_pack(weight):
+                op._packed_weight = pack_weight(weight)
+            else:
+                continue
             count += 1
     return count

@@ -16,9 +16,14 @@
 // the runtime torch's threads use. Built just in time by minisgl/kernel/cpu_ops.py and called
 // through ctypes, like csrc/cpu_attention.cpp.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512BF16__)  // built with -march=native on a CPU with AVX-512 BF16
+#include <immintrin.h>
+#define MINISGL_DPBF16 1
+#endif
 
 namespace {
 
@@ -191,6 +196,113 @@ void linear(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ld
     }
 }
 
+// ---- bf16 linear over packed weights (AVX-512 BF16) ------------------------------------------
+// vdpbf16ps multiplies 16 pairs of bf16 and adds each pair's two products into one of 16 fp32
+// lanes. With W packed as panels of 16 outputs x 2 inputs ([n / 16][k / 2][16][2], zeros past the
+// ends), one 64-byte load of W holds the next input pair of 16 outputs, and one broadcast of x's
+// pair feeds it: the 16 sums stay in the lanes, no horizontal sum is ever needed. A tile is MR
+// rows x NR panels (16 NR outputs); all rows of x pass over a tile of W while it is in the cache,
+// so W is read from memory once per call however many rows there are.
+#ifdef MINISGL_DPBF16
+constexpr int kPanel = 16;  // outputs per panel: one vector of fp32 sums
+constexpr int kPanelsPerTile = 4;
+
+void pack_bf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
+    const int64_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t t = 0; t < pairs; t++)
+            for (int i = 0; i < kPanel; i++)
+                for (int j = 0; j < 2; j++) {
+                    const int64_t row = p * kPanel + i, col = 2 * t + j;
+                    packed[((p * pairs + t) * kPanel + i) * 2 + j] =
+                        row < n && col < k ? w[row * k + col] : 0;
+                }
+}
+
+template <int MR, int NR>
+void packed_tile(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel,
+                 int64_t panel_size, const uint16_t* bias, int64_t outputs, uint16_t* y,
+                 int64_t ldy) {
+    const int64_t full = k / 2;  // input pairs read as one 32-bit word of x
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
+    auto step = [&](int64_t t, const int32_t* pair_of_row) {
+        __m512bh w[NR];
+        for (int j = 0; j < NR; j++)
+            w[j] = (__m512bh)_mm512_loadu_si512(panel + j * panel_size + t * 2 * kPanel);
+        for (int i = 0; i < MR; i++) {
+            const __m512bh xi = (__m512bh)_mm512_set1_epi32(pair_of_row[i]);
+            for (int j = 0; j < NR; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xi, w[j]);
+        }
+    };
+    for (int64_t t = 0; t < full; t++) {
+        int32_t pairs[MR];
+        for (int i = 0; i < MR; i++) std::memcpy(&pairs[i], x + i * ldx + 2 * t, 4);
+        step(t, pairs);
+    }
+    if (k % 2) {  // an odd K: the last input alone, its partner zero (not the next row's value)
+        int32_t pairs[MR];
+        for (int i = 0; i < MR; i++) pairs[i] = x[i * ldx + k - 1];
+        step(full, pairs);
+    }
+    for (int j = 0; j < NR; j++) {
+        const int64_t left = outputs - j * kPanel;
+        if (left <= 0) break;
+        const __mmask16 mask = left >= kPanel ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
+        __m512 b = _mm512_setzero_ps();
+        if (bias) {
+            b = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + j * kPanel)), 16));
+        }
+        for (int i = 0; i < MR; i++) {  // rounded to nearest even, as torch rounds
+            const __m256bh out = _mm512_cvtneps_pbh(_mm512_add_ps(acc[i][j], b));
+            _mm256_mask_storeu_epi16(y + i * ldy + j * kPanel, mask, (__m256i)out);
+        }
+    }
+}
+
+template <int MR>
+void packed_rows(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel,
+                 int64_t panel_size, int panels, const uint16_t* bias, int64_t outputs,
+                 uint16_t* y, int64_t ldy) {
+    switch (panels) {
+        case 1: packed_tile<MR, 1>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        case 2: packed_tile<MR, 2>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        case 3: packed_tile<MR, 3>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        default: packed_tile<MR, 4>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy);
+    }
+}
+
+void linear_packed_bf16(const uint16_t* x, int64_t ldx, const uint16_t* packed,
+                        const uint16_t* bias, uint16_t* y, int64_t ldy, int64_t rows, int64_t n,
+                        int64_t k, int threads) {
+    const int64_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
+    const int64_t panel_size = pairs * 2 * kPanel;  // elements of one panel
+    const int64_t tiles = (panels + kPanelsPerTile - 1) / kPanelsPerTile;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t tile = 0; tile < tiles; tile++) {
+        const int64_t p0 = tile * kPanelsPerTile;
+        const int np = static_cast<int>(std::min<int64_t>(kPanelsPerTile, panels - p0));
+        const int64_t j0 = p0 * kPanel, outputs = std::min<int64_t>(np * kPanel, n - j0);
+        const uint16_t* panel = packed + p0 * panel_size;
+        const uint16_t* b = bias ? bias + j0 : nullptr;
+        int64_t m = 0;
+        for (; m + 4 <= rows; m += 4)
+            packed_rows<4>(x + m * ldx, ldx, k, panel, panel_size, np, b, outputs,
+                           y + m * ldy + j0, ldy);
+        const uint16_t* xm = x + m * ldx;
+        uint16_t* ym = y + m * ldy + j0;
+        switch (rows - m) {
+            case 3: packed_rows<3>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 2: packed_rows<2>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 1: packed_rows<1>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            default: break;
+        }
+    }
+}
+#endif  // MINISGL_DPBF16
+
 // ---- add + RMSNorm ----------------------------------------------------------------------------
 // One row of h values (already x + residual, in fp32): out = h / sqrt(mean(h^2) + eps) * weight.
 // The normalised value is rounded to T before the weight multiplies it, as the torch code does.
@@ -350,6 +462,7 @@ struct DecodeModel {
     const int32_t* page_table;
     int64_t page_table_stride, page_table_rows;
     const void* attention;  // minisgl_cpu_decode_attention_<type> of csrc/cpu_attention.cpp
+    int64_t packed;         // the layers' weights are pack_bf16's panels (bf16 only)
 };
 
 struct DecodeBatch {
@@ -384,6 +497,18 @@ enum StepError : int64_t {
     kBadPageEntry = 4,  // the attention kernel found a page-table slot outside the pool
 };
 
+// A projection of the decode step: over plain weights, or over pack_bf16's panels.
+template <typename T>
+void project(const DecodeModel& m, const T* x, int64_t ldx, const T* w, const T* bias, T* y,
+             int64_t ldy, int64_t rows, int64_t n, int64_t k, int threads) {
+#ifdef MINISGL_DPBF16
+    if constexpr (sizeof(T) == 2) {
+        if (m.packed) return linear_packed_bf16(x, ldx, w, bias, y, ldy, rows, n, k, threads);
+    }
+#endif
+    linear<T>(x, ldx, w, bias, y, ldy, rows, n, k, threads);
+}
+
 template <typename T>
 int64_t decode_step(const DecodeModel& m, const DecodeBatch& b) {
     const int64_t n = b.size, h = m.hidden, d = m.head_dim;
@@ -417,8 +542,8 @@ int64_t decode_step(const DecodeModel& m, const DecodeBatch& b) {
             add_rmsnorm<T>(x, h, residual, h, w(lw.input_norm), m.eps, normed, residual, n, h,
                            b.threads);
         }
-        linear<T>(normed, h, w(lw.qkv), w(lw.qkv_bias), qkv, qkv_width, n, qkv_width, h,
-                  b.threads);
+        project<T>(m, normed, h, w(lw.qkv), w(lw.qkv_bias), qkv, qkv_width, n, qkv_width, h,
+                   b.threads);
         rope<T>(qkv, qkv_width, b.positions, m.cos, m.sin, m.table_rows, w(lw.q_norm),
                 w(lw.k_norm), m.eps, q, k, n, m.qo_heads, m.kv_heads, d, b.threads);
         T* k_cache = static_cast<T*>(lw.k_cache);
@@ -432,13 +557,13 @@ int64_t decode_step(const DecodeModel& m, const DecodeBatch& b) {
                       m.page_table_stride, b.table_rows, b.kv_lens, attn, n, m.qo_heads,
                       m.kv_heads, d, m.scale, b.threads))
             return kBadPageEntry;
-        linear<T>(attn, q_width, w(lw.o_proj), nullptr, x, h, n, h, q_width, b.threads);
+        project<T>(m, attn, q_width, w(lw.o_proj), nullptr, x, h, n, h, q_width, b.threads);
         add_rmsnorm<T>(x, h, residual, h, w(lw.post_norm), m.eps, normed, residual, n, h,
                        b.threads);
-        linear<T>(normed, h, w(lw.gate_up), nullptr, gate_up, 2 * m.inter, n, 2 * m.inter, h,
-                  b.threads);
+        project<T>(m, normed, h, w(lw.gate_up), nullptr, gate_up, 2 * m.inter, n, 2 * m.inter,
+                   h, b.threads);
         silu_mul<T>(gate_up, 2 * m.inter, act, n, m.inter, b.threads);
-        linear<T>(act, m.inter, w(lw.down), nullptr, x, h, n, h, m.inter, b.threads);
+        project<T>(m, act, m.inter, w(lw.down), nullptr, x, h, n, h, m.inter, b.threads);
     }
     add_rmsnorm<T>(x, h, residual, h, w(m.final_norm), m.eps, normed, residual, n, h, b.threads);
     return kOk;
@@ -479,3 +604,24 @@ extern "C" int64_t minisgl_cpu_decode_step_f32(const DecodeModel* m, const Decod
 extern "C" int64_t minisgl_cpu_decode_step_bf16(const DecodeModel* m, const DecodeBatch* b) {
     return decode_step<uint16_t>(*m, *b);
 }
+
+// The packed bf16 linear exists where the library was built with AVX-512 BF16: Python asks first.
+extern "C" int minisgl_cpu_has_packed_bf16() {
+#ifdef MINISGL_DPBF16
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef MINISGL_DPBF16
+extern "C" void minisgl_cpu_pack_bf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
+    pack_bf16(w, n, k, packed);
+}
+extern "C" void minisgl_cpu_linear_packed_bf16(const uint16_t* x, int64_t ldx,
+                                               const uint16_t* packed, const uint16_t* bias,
+                                               uint16_t* y, int64_t ldy, int64_t rows, int64_t n,
+                                               int64_t k, int threads) {
+    linear_packed_bf16(x, ldx, packed, bias, y, ldy, rows, n, k, threads);
+}
+#endif
