@@ -1,8 +1,9 @@
 """The matrix multiplies of one SmolLM2 decode step on the CPU: torch's F.linear on plain weights
 against oneDNN on weights packed once (ops/cpu_impls.py) and the C++ linear over plain weights
 (kernel/cpu_ops.py), fp32 and bf16, for 1, 8 and 32 rows (the batch of a decode step), beside
-the speed `torch.sum` reads memory at. Where oneDNN cannot multiply bf16 (no AVX-512) its column
-says n/a.
+the speed `torch.sum` reads memory at; and the C++ linear over pack_panels' panels ("panels":
+AVX-512's FMA for fp32, vdpbf16ps for bf16). Where oneDNN cannot multiply bf16 (no AVX-512), or
+the library has no panels for the dtype, the column says n/a.
 
     python benchmarks/cpu_linear_packing.py [--repeat 5] [--rows 1,8,32] [--layers 30]
                                             [--dtypes float32,bfloat16]
@@ -38,15 +39,21 @@ def weights(dtype: torch.dtype, layers: int = LAYERS) -> list[torch.Tensor]:
 
 
 def ms_per_step(ws: list[torch.Tensor], rows: int, how: str, repeat: int) -> float:
-    """how: "plain" (F.linear), "packed" (oneDNN) or "cpp" (kernel/cpu_ops.py)."""
+    """how: "plain" (F.linear), "packed" (oneDNN), "cpp" (kernel/cpu_ops.py) or "panels" (its
+    linear over pack_panels' panels)."""
     dtype = ws[0].dtype
     inputs = {k: torch.randn(rows, k).to(dtype) for k in {w.shape[1] for w in ws}}
-    fn = {"plain": F.linear, "packed": linear_onednn, "cpp": cpu_ops.linear}[how]
-    ws = [pack_weight(w) for w in ws] if how == "packed" else ws
+    fn = {"plain": F.linear, "packed": linear_onednn, "cpp": cpu_ops.linear,
+          "panels": cpu_ops.linear}[how]
+    pairs = [(w.shape[1], w) for w in ws]
+    if how == "packed":
+        pairs = [(k, pack_weight(w)) for k, w in pairs]
+    elif how == "panels":
+        pairs = [(k, cpu_ops.pack_panels(w)) for k, w in pairs]
 
     def step() -> None:
-        for w in ws:
-            fn(inputs[w.shape[1]], w)
+        for k, w in pairs:
+            fn(inputs[k], w)
 
     step()
     start = time.perf_counter()
@@ -81,9 +88,12 @@ def main() -> int:
             nbytes = sum(w.numel() for w in ws) * ws[0].element_size()
             flops = 2 * sum(w.numel() for w in ws)  # per row
             line = f"{str(dtype).removeprefix('torch.'):8s} rows {rows:2d}:"
-            for how, label in (("plain", "F.linear"), ("packed", "packed"), ("cpp", "C++")):
-                if (how == "packed" and not packs(dtype)) or (how == "cpp"
-                                                              and not cpu_ops.available()):
+            hows = [("plain", "F.linear"), ("packed", "packed"), ("cpp", "C++"),
+                    ("panels", "panels")]
+            for how, label in hows:
+                if (how == "packed" and not packs(dtype)) \
+                        or (how == "cpp" and not cpu_ops.available()) \
+                        or (how == "panels" and dtype not in cpu_ops.panel_dtypes()):
                     line += f"  {label} n/a"
                     continue
                 ms = ms_per_step(ws, rows, how, args.repeat)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from minisgl.attention import BACKENDS, TorchNativeBackend, auto_backend
-from minisgl.attention.cpu import CpuBackend
+from minisgl.attention.cpu import PREFILL_MAX_KEYS, CpuBackend
+from minisgl.attention.torch_native import TorchAttnMetadata
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kernel import cpu_attention
 from minisgl.kvcache.mha_pool import KVPoolConfig, MHAKVCache
@@ -120,7 +121,7 @@ def test_hostile_inputs_are_refused_before_any_read():
 
 @needs_cxx
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_prefill_through_the_kernel_equals_the_torch_backend(dtype):
+def test_a_prefill_through_the_kernel_equals_the_torch_backend(dtype, monkeypatch):
     """One layer call of a prefill batch (a prefix hit, a whole new prompt, one new token after
     a long prefix, a prompt across page edges) and of a decode batch, on one shuffled pool and
     page table: the cpu backend (every new token a row of the kernel) against the torch backend
@@ -138,6 +139,8 @@ def test_a_prefill_through_the_kernel_equals_the_torch_backend(dtype):
     table = torch.randperm(slots, generator=gen).int().view(4, slots // 4)
     backends = {"cpu": CpuBackend(pools[0], table, heads, kv_heads),
                 "torch": TorchNativeBackend(pools[1], table, heads, kv_heads)}
+    # the kernel's prefill, whatever the rule below would pick on this CPU for this dtype
+    monkeypatch.setattr(CpuBackend, "kernel_prefills", lambda self, batch: True)
     # (row, cached, new)
     for phase, lens in (("prefill", [(2, 13, 9), (0, 0, 40), (3, 150, 1), (1, 5, 33)]),
                         ("decode", [(1, 39, 1), (3, 4, 1), (0, 17, 1), (2, 191, 1)])):
@@ -159,6 +162,27 @@ def test_a_prefill_through_the_kernel_equals_the_torch_backend(dtype):
         torch.testing.assert_close(outs["cpu"].float(), outs["torch"].float(), **tol)
         assert torch.equal(pools[0].k_cache(1), pools[1].k_cache(1))
         assert torch.equal(pools[0].v_cache(1), pools[1].v_cache(1))
+
+
+@needs_cxx
+def test_a_prefill_goes_to_the_kernel_only_in_bf16_with_vdpbf16ps_and_short_sequences():
+    """Each query reads its whole prefix again: the kernel pays for short bf16 prefills only
+    (attention/cpu.py's measurements); everything else prefills through SDPA."""
+    backends = {dtype: CpuBackend(MHAKVCache(KVPoolConfig(
+        num_layers=1, num_kv_heads=1, head_dim=64, num_pages=8, page_size=1, dtype=dtype,
+        device=torch.device("cpu"))), torch.zeros(2, 4096, dtype=torch.int32), 2, 1)
+        for dtype in (torch.float32, torch.bfloat16)}
+
+    def prefill(*lens):
+        return Batch([Req(uid=i, input_ids=[0] * n, sampling_params=SamplingParams(),
+                          table_idx=i, extend_len=n) for i, n in enumerate(lens)], "prefill")
+
+    short, long = prefill(3, PREFILL_MAX_KEYS), prefill(5, PREFILL_MAX_KEYS + 1)
+    assert backends[torch.bfloat16].kernel_prefills(short) == cpu_attention.has_dpbf16()
+    assert not backends[torch.bfloat16].kernel_prefills(long)
+    assert not backends[torch.float32].kernel_prefills(short)
+    backends[torch.bfloat16].prepare_metadata(long)
+    assert isinstance(long.attn_metadata, TorchAttnMetadata)
 
 
 @needs_cxx

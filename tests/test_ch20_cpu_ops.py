@@ -159,15 +159,16 @@ def test_a_failed_build_leaves_the_torch_ops_with_one_warning(tmp_path, monkeypa
     assert not list(tmp_path.glob("*.so"))
 
 
-def test_fp32_weights_stay_plain_for_the_cpp_linear(smollm2_dir):
-    """The engine packs no fp32 layer weight for oneDNN where the C++ linear builds: every
-    projection runs the C++ kernel, and the model's logits are the unpacked torch model's. Only
-    the LM head gets its packed copy (for the op-by-op path; engine/cpu_step.py reads the plain
-    one)."""
+def test_fp32_weights_stay_plain_for_the_cpp_linear_without_panels(smollm2_dir, monkeypatch):
+    """Without panels (an AVX2 CPU: simulated here by having none) the engine packs no fp32 layer
+    weight for oneDNN where the C++ linear builds: every projection runs the C++ kernel, and the
+    model's logits are the unpacked torch model's. Only the LM head gets its packed copy (for the
+    op-by-op path; engine/cpu_step.py reads the plain one)."""
     from minisgl.layers.cpu_pack import pack_linears
     from minisgl.layers.linear import _Linear
     from minisgl.models.weight import load_model
 
+    monkeypatch.setattr(cpu_ops, "panel_dtypes", lambda: ())
     model = load_model(smollm2_dir)
     assert pack_linears(model) == 1 and model.lm_head._packed_weight.is_mkldnn
     projections = [op for op in sub_ops(model) if isinstance(op, _Linear)]
@@ -181,79 +182,101 @@ def test_fp32_weights_stay_plain_for_the_cpp_linear(smollm2_dir):
                                rtol=1e-5, atol=1e-4)
 
 
-needs_packed_bf16 = pytest.mark.skipif(not cpu_ops.has_packed_bf16(),
-                                       reason="needs a CPU with AVX-512 BF16 (vdpbf16ps)")
+def needs_panels(dtype: torch.dtype) -> None:
+    if dtype not in cpu_ops.panel_dtypes():
+        pytest.skip(f"no {dtype} panels here: they need a CPU with AVX-512 (and AVX-512 BF16 for "
+                    "bf16)")
 
 
-@needs_packed_bf16
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows,n,k", [(1, 16, 2), (3, 48, 578), (4, 64, 576), (5, 80, 100),
                                       (17, 960, 576), (9, 576, 1536), (0, 32, 64),
                                       (130, 208, 96)])
-def test_packed_bf16_linear_matches_f_linear(rows, n, k):
-    """pack_bf16's panels through vdpbf16ps: row tails 1-3 after tiles of 4, tiles of 1-4
-    panels (16 to 64 outputs), K not a multiple of 32, the course's shapes, no rows, and a
-    prefill-sized input. Each output is rounded once from fp32 sums, as F.linear in fp32 then
-    rounded to bf16 is: they may differ in the last bit of bf16 only."""
+def test_panel_linear_matches_f_linear(dtype, rows, n, k):
+    """pack_panels' panels (vdpbf16ps for bf16, AVX-512 FMA for fp32): row tails 1-3 after
+    tiles of 4, tiles of 1-4 panels (16 to 64 outputs), K not a multiple of 16 or 32, the course's
+    shapes, no rows, and a prefill-sized input. A bf16 output is rounded once from fp32 sums, as
+    F.linear in fp32 then rounded is: they may differ in the last bit of bf16 only."""
+    needs_panels(dtype)
     gen = torch.Generator().manual_seed(rows * 7 + n + k)
-    x, w, b = (fresh(gen, rows, k, dtype=torch.bfloat16), fresh(gen, n, k, dtype=torch.bfloat16),
-               fresh(gen, n, dtype=torch.bfloat16))
-    packed = cpu_ops.pack_bf16(w)
-    assert packed.shape == (n // 16, k // 2, 16, 2) and cpu_ops.is_packed_bf16(packed)
-    assert torch.equal(packed[1 % packed.shape[0], 0, 3], w[16 * (1 % packed.shape[0]) + 3, :2])
+    x, w, b = (fresh(gen, rows, k, dtype=dtype), fresh(gen, n, k, dtype=dtype),
+               fresh(gen, n, dtype=dtype))
+    packed = cpu_ops.pack_panels(w)
+    step = 2 if dtype == torch.bfloat16 else 1
+    assert packed.shape == (n // 16, k // step, 16, step) and cpu_ops.is_panels(packed)
+    p = 1 % packed.shape[0]
+    assert torch.equal(packed[p, 0, 3], w[16 * p + 3, :step])
+    tol = dict(rtol=8e-3, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-4)
     for bias in (None, b):
         want = F.linear(x.float(), w.float(), None if bias is None else bias.float())
         got = cpu_ops.linear(x, packed, bias)
-        assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
-        torch.testing.assert_close(got.float(), want.bfloat16().float(), rtol=8e-3, atol=1e-2)
+        assert got.dtype == dtype and got.shape == (rows, n)
+        torch.testing.assert_close(got.float(), want.to(dtype).float(), **tol)
         assert ops.linear.kind_for(x, packed, bias) == "cpp"
 
 
-@needs_packed_bf16
-def test_packed_bf16_linear_reads_rows_of_a_wider_tensor_and_refuses_what_it_cannot_take():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_panel_linear_reads_rows_of_a_wider_tensor_and_refuses_what_it_cannot_take(dtype):
+    needs_panels(dtype)
     gen = torch.Generator().manual_seed(21)
-    w = fresh(gen, 32, 40, dtype=torch.bfloat16)
-    packed = cpu_ops.pack_bf16(w)
-    wide = fresh(gen, 6, 72, dtype=torch.bfloat16)
+    w = fresh(gen, 32, 40, dtype=dtype)
+    packed = cpu_ops.pack_panels(w)
+    wide = fresh(gen, 6, 72, dtype=dtype)
     x = wide[:, 16:56]  # rows 72 apart
     torch.testing.assert_close(cpu_ops.linear(x, packed).float(),
-                               F.linear(x.float(), w.float()).bfloat16().float(),
+                               F.linear(x.float(), w.float()).to(dtype).float(),
                                rtol=8e-3, atol=1e-2)
-    for bad in (fresh(gen, 30, 40, dtype=torch.bfloat16),  # outputs not a multiple of 16
-                fresh(gen, 32, 39, dtype=torch.bfloat16),  # an odd K
-                fresh(gen, 32, 40),  # fp32
-                fresh(gen, 32, 40, dtype=torch.bfloat16).t(),  # [in, out]: shape 40 x 32 odd
-                fresh(gen, 2, 16, 40, dtype=torch.bfloat16)):  # 3-D
-        assert not cpu_ops.can_pack_bf16(bad)
-        with pytest.raises(ValueError, match="pack_bf16 takes"):
-            cpu_ops.pack_bf16(bad)
+    # a transposed weight is an [out, in] matrix like any other: packed from a contiguous copy
+    wt = fresh(gen, 24, 32, dtype=dtype).t()
+    torch.testing.assert_close(cpu_ops.linear(x[:, :24], cpu_ops.pack_panels(wt)).float(),
+                               F.linear(x[:, :24].float(), wt.float()).to(dtype).float(),
+                               rtol=8e-3, atol=1e-2)
+    bad_weights = [fresh(gen, 30, 40, dtype=dtype),  # outputs not a multiple of 16
+                   fresh(gen, 32, 40, dtype=torch.float16),  # no panels for fp16
+                   fresh(gen, 32, dtype=dtype),  # 1-D
+                   fresh(gen, 0, 40, dtype=dtype),  # nothing to pack
+                   fresh(gen, 2, 16, 40, dtype=dtype)]  # 3-D
+    if dtype == torch.bfloat16:
+        bad_weights.append(fresh(gen, 32, 39, dtype=dtype))  # an odd K: no whole pairs
+    for bad in bad_weights:
+        assert not cpu_ops.can_pack_panels(bad)
+        with pytest.raises(ValueError, match="pack_panels takes"):
+            cpu_ops.pack_panels(bad)
     with pytest.raises(ValueError, match="40 columns"):
-        cpu_ops.linear(fresh(gen, 3, 42, dtype=torch.bfloat16), packed)
-    with pytest.raises(ValueError, match="bf16 input"):
-        cpu_ops.linear(fresh(gen, 3, 40), packed)
+        cpu_ops.linear(fresh(gen, 3, 42, dtype=dtype), packed)
+    other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+    with pytest.raises(ValueError, match="input"):
+        cpu_ops.linear(fresh(gen, 3, 40, dtype=other), packed)
     with pytest.raises(ValueError, match="bias"):
-        cpu_ops.linear(fresh(gen, 3, 40, dtype=torch.bfloat16), packed,
-                       fresh(gen, 31, dtype=torch.bfloat16))
+        cpu_ops.linear(fresh(gen, 3, 40, dtype=dtype), packed, fresh(gen, 31, dtype=dtype))
 
 
-@needs_packed_bf16
-def test_bf16_weights_are_packed_into_panels_and_the_model_still_computes_its_logits(
-        smollm2_dir):
-    """bf16: every projection and the LM head's copy go to pack_bf16's panels (none to oneDNN),
-    and the packed model's hidden states and logits are the plain model's to bf16 rounding."""
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_weights_are_packed_into_panels_and_the_model_still_computes_its_logits(
+        dtype, smollm2_dir):
+    """Where the library has panels for the dtype, every projection and the LM head's copy go to
+    them (none to oneDNN), and the packed model's hidden states and logits are the plain
+    model's (fp32: to 1e-4; bf16: to its rounding)."""
+    needs_panels(dtype)
     from minisgl.layers.cpu_pack import pack_linears
     from minisgl.layers.linear import _Linear
     from minisgl.models.weight import load_model
 
-    plain = load_model(smollm2_dir, dtype=torch.bfloat16)
-    model = load_model(smollm2_dir, dtype=torch.bfloat16)
+    plain = load_model(smollm2_dir, dtype=dtype)
+    model = load_model(smollm2_dir, dtype=dtype)
     projections = [op for op in sub_ops(model) if isinstance(op, _Linear)]
     assert pack_linears(model) == len(projections) + 1
-    assert all(cpu_ops.is_packed_bf16(op.weight) for op in projections)
-    assert cpu_ops.is_packed_bf16(model.lm_head._packed_weight)
+    assert all(cpu_ops.is_panels(op.weight) for op in projections)
+    assert cpu_ops.is_panels(model.lm_head._packed_weight)
     ids = torch.randint(0, model.config.vocab_size, (6,),
                         generator=torch.Generator().manual_seed(5))
     got = model.model.forward(ids, torch.arange(6))
     want = plain.model.forward(ids, torch.arange(6))
-    assert (got.float() - want.float()).abs().max() < 0.05 * want.float().abs().max()
-    logits = model.lm_head.forward(got).float()
-    torch.testing.assert_close(logits, plain.lm_head.forward(got).float(), rtol=2e-2, atol=5e-2)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        assert (got.float() - want.float()).abs().max() < 0.05 * want.float().abs().max()
+    torch.testing.assert_close(model.lm_head.forward(got).float(),
+                               plain.lm_head.forward(got).float(),
+                               **(dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32
+                                  else dict(rtol=2e-2, atol=5e-2)))

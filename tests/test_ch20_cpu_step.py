@@ -90,8 +90,8 @@ def test_step_gives_the_op_by_op_engines_logits(dtype, atol, tmp_path):
     for use_step in (True, False):
         sched = scheduler(tmp_path, dtype)
         qkv = sched.engine.model.model.layers.ops[0].self_attn.qkv_proj.weight
-        # bf16 on a CPU with AVX-512 BF16: both paths read pack_bf16's panels
-        assert cpu_ops.is_packed_bf16(qkv) == (dtype == "bfloat16" and cpu_ops.has_packed_bf16())
+        # where the library has panels for the dtype (AVX-512), both paths read them
+        assert cpu_ops.is_panels(qkv) == (getattr(torch, dtype) in cpu_ops.panel_dtypes())
         if not use_step:
             sched.engine.cpu_step = None
         else:
@@ -126,7 +126,10 @@ def test_build_says_why_not_and_a_trace_runs_op_by_op(tmp_path, monkeypatch):
     monkeypatch.setattr(hook, "installed", None)
     # <<< ch21
     proj = next(op for op in sub_ops(engine.model) if isinstance(op, _Linear))
-    proj.weight = pack_weight(proj.weight)  # oneDNN's opaque layout
+    w = proj.weight  # plain, or in panels where the library has them (AVX-512)
+    shape = (w.shape[0] * w.shape[2], w.shape[1] * w.shape[3]) if cpu_ops.is_panels(w) \
+        else tuple(w.shape)
+    proj.weight = pack_weight(torch.randn(shape, dtype=w.dtype))  # oneDNN's opaque layout
     assert CpuStepRunner.build(*args) == (None, "a weight is packed for oneDNN, quantized, "
                                                 "biased or shaped unlike the config")
     assert CpuStepRunner.build(*args[:3], object(), args[4])[0] is None  # not the cpu backend

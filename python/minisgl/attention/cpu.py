@@ -5,10 +5,14 @@ tensor first, which on a CPU costs as much as the attention; the kernel of
 kernel/cpu_attention.py reads each K/V row where it lies instead. A prefill goes through the same
 kernel: its new K/V are stored first, and then each new token is a row of its own, whose sequence
 ends at its position: token i of a request with c cached tokens attends to the c + i + 1 keys up
-to itself, which is causal attention with the cached prefix included. Against SDPA's call per
-request (prompts of a hundred-odd tokens in the offline benchmark, three heads of 64) this was
-about three times faster per layer (benchmarks/results/cpu_offline_bench_avx512.txt). The kernel
-covers fp32 and bf16 pools; any other dtype runs the torch backend.
+to itself, which is causal attention with the cached prefix included. Each query reads its whole
+prefix again, where SDPA reads a block of keys once for a block of queries, so this pays only
+for short sequences and with vdpbf16ps: one layer of SmolLM2's heads in bf16 on the 2-core
+AVX-512 VM took 0.80 ms against SDPA's 1.56 for three prompts of 130 tokens and 2.59 against 4.46
+for one of 512, but 39 against 36 at 2048 and 632 against 484 at 8192 (fp32: slower from 512
+on). So a prefill goes to the kernel when the pool is bf16, the kernel has vdpbf16ps and no
+sequence is longer than PREFILL_MAX_KEYS; otherwise to SDPA. The kernel covers fp32 and bf16
+pools; any other dtype runs the torch backend.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from minisgl.kernel import cpu_attention
 from minisgl.kvcache.mha_pool import MHAKVCache
 
 from .torch_native import TorchNativeBackend
+
+PREFILL_MAX_KEYS = 1024  # longer sequences prefill through SDPA (measured: module docstring)
 
 
 @dataclass
@@ -53,6 +59,8 @@ class CpuBackend(TorchNativeBackend):
                 torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64),
                 torch.tensor([r.seq_len for r in batch.reqs], dtype=torch.int64))
             return
+        if not self.kernel_prefills(batch):
+            return super().prepare_metadata(batch)
         rows = torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64)
         new = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int64)
         # token i of a request (0-based among its new ones) sees cached_len + i + 1 keys
@@ -61,6 +69,10 @@ class CpuBackend(TorchNativeBackend):
         within = torch.arange(int(new.sum())) - torch.repeat_interleave(new.cumsum(0) - new, new)
         batch.attn_metadata = CpuKernelMetadata(torch.repeat_interleave(rows, new),
                                                 first + within + 1)
+
+    def kernel_prefills(self, batch: Batch) -> bool:
+        return (self.kv_cache.config.dtype == torch.bfloat16 and cpu_attention.has_dpbf16()
+                and max(r.seq_len for r in batch.reqs) <= PREFILL_MAX_KEYS)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:

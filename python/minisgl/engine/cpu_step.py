@@ -38,11 +38,13 @@ def plain(t: object, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
 
 def weight_fits(t: object, dtype: torch.dtype, shape: tuple[int, int], packed: bool) -> bool:
     """A layer's [out, in] weight as the step reads it: plain, or (all layers alike) in
-    pack_bf16's panels [out / 16, in / 2, 16, 2]."""
+    pack_panels' panels [out / 16, in / kIn, 16, kIn]."""
     if not packed:
         return plain(t, dtype, shape)
-    return cpu_ops.is_packed_bf16(t) and tuple(t.shape) == (
-        shape[0] // cpu_ops.PANEL, shape[1] // 2, cpu_ops.PANEL, 2)
+    step = cpu_ops.PANEL_INPUTS.get(dtype, 0)
+    return (cpu_ops.is_panels(t) and t.dtype == dtype
+            and tuple(t.shape) == (shape[0] // cpu_ops.PANEL, shape[1] // max(step, 1),
+                                   cpu_ops.PANEL, step))
 
 
 class CpuStepRunner:
@@ -81,7 +83,7 @@ class CpuStepRunner:
             rotary._cos.shape[0], kv_cache.k_cache(0).shape[0], ptr(page_table),
             page_table.stride(0), page_table.shape[0],
             ctypes.cast(attention, ctypes.c_void_p).value,
-            int(cpu_ops.is_packed_bf16(layers[0].self_attn.qkv_proj.weight)))
+            int(cpu_ops.is_panels(layers[0].self_attn.qkv_proj.weight)))
         self._keep = (model, kv_cache, page_table, rotary)  # what the pointers point into
 
     @classmethod
@@ -99,7 +101,7 @@ class CpuStepRunner:
         c = model.config
         h, d = c.hidden_size, c.head_dim
         widths = ((c.num_qo_heads + 2 * c.num_kv_heads) * d, c.num_qo_heads * d)
-        packed = cpu_ops.is_packed_bf16(model.model.layers.ops[0].self_attn.qkv_proj.weight)
+        packed = cpu_ops.is_panels(model.model.layers.ops[0].self_attn.qkv_proj.weight)
         for layer in model.model.layers.ops:
             attn, mlp = layer.self_attn, layer.mlp
             if not isinstance(mlp, MLP):
@@ -153,9 +155,9 @@ class CpuStepRunner:
                                        "act")),
                                    *(t.data_ptr() for t in index), torch.get_num_threads())
         cpu_ops.decode_step(self._model, step, self.dtype)
-        # the LM head: its pack_bf16 copy where it has one; else the plain weight, which the C++
+        # the LM head: its packed panels where it has them; else the plain weight, which the C++
         # linear reads faster than oneDNN reads the packed copy the op-by-op path uses
         head = getattr(self.model.lm_head, "_packed_weight", None)
-        if not cpu_ops.is_packed_bf16(head):
+        if not cpu_ops.is_panels(head):
             head = self.model.lm_head.logits_weight()
         return cpu_ops.linear(buffers["out"][last], head).float()

@@ -87,6 +87,13 @@ def build_native(source: Path, build_dir: Path) -> ctypes.CDLL:
     raise NativeBuildError(errors[-1][:500])
 
 
+@functools.cache
+def has_dpbf16() -> bool:
+    """The bf16 kernel computes its scores with AVX-512 BF16's vdpbf16ps."""
+    lib = _default_library() if available() else None
+    return lib is not None and bool(lib.minisgl_cpu_attention_has_dpbf16())
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      page_table: torch.Tensor, table_rows: torch.Tensor, kv_lens: torch.Tensor,
                      scale: float, check: bool = True) -> torch.Tensor:

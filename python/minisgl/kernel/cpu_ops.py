@@ -8,10 +8,11 @@ layer makes a handful of calls. The linear reads a plain [out, in] weight straig
 at batch 1 it reaches the bandwidth torch.sum gets, where oneDNN's packed weights reach about
 two thirds of it on the course's AVX2 machine (benchmarks/results/cpu_ops.txt).
 
-Where g++ builds with AVX-512 BF16 (`has_packed_bf16()`), bf16 weights are packed into panels of
-16 outputs by input pairs (`pack_bf16`, done once by layers/cpu_pack.py), and the linear of a
-packed weight runs on vdpbf16ps: faster than oneDNN's packed bf16 from 1 row to 512 on the 2-core
-AVX-512 VM (benchmarks/results/cpu_linear_packed_bf16.txt).
+Where g++ builds with AVX-512 (`panel_dtypes()`), weights are packed into panels of 16 outputs
+(`pack_panels`, done once by layers/cpu_pack.py) and the linear of a packed weight keeps its 16
+sums in a vector's lanes: vfmadd231ps for fp32, vdpbf16ps (AVX-512 BF16) for bf16. On the 2-core
+AVX-512 VM it is faster than oneDNN's packed weights at decode sizes (1 to 32 rows) and within a
+tenth of them at 512 rows (benchmarks/results/cpu_linear_panels.txt).
 
 ops/cpu_impls.py registers them for CPU tensors of fp32 or bf16. When nothing builds (no
 compiler), or MINISGL_DISABLE_FUSED_KERNELS=1, `available()` is False and the torch code runs:
@@ -74,10 +75,10 @@ def load_library(build_dir: Path) -> ctypes.CDLL | None:
         fn = getattr(lib, f"minisgl_cpu_decode_step_{suffix}")
         fn.argtypes = [ctypes.POINTER(DecodeModel), ctypes.POINTER(DecodeBatch)]
         fn.restype = ctypes.c_int64
-    lib.minisgl_cpu_has_packed_bf16.restype = ctypes.c_int
-    if lib.minisgl_cpu_has_packed_bf16():
-        lib.minisgl_cpu_pack_bf16.argtypes = [_P, _I, _I, _P]
-        lib.minisgl_cpu_linear_packed_bf16.argtypes = SIGNATURES["linear"][0]
+    lib.minisgl_cpu_panel_dtypes.restype = ctypes.c_int
+    for suffix in list(SUFFIX.values())[:lib.minisgl_cpu_panel_dtypes()]:
+        getattr(lib, f"minisgl_cpu_pack_panels_{suffix}").argtypes = [_P, _I, _I, _P]
+        getattr(lib, f"minisgl_cpu_linear_panels_{suffix}").argtypes = SIGNATURES["linear"][0]
     return lib
 
 
@@ -108,50 +109,58 @@ def takes(x: torch.Tensor, *_) -> bool:
     return isinstance(x, torch.Tensor) and x.is_cpu and x.dtype in DTYPES
 
 
-PANEL = 16  # outputs per panel of a packed bf16 weight (csrc/cpu_ops.cpp: kPanel)
+PANEL = 16  # outputs per panel of packed weights (csrc/cpu_ops.cpp: kPanel)
+PANEL_INPUTS = {torch.float32: 1, torch.bfloat16: 2}  # inputs per panel step: kIn
 
 
 @functools.cache
-def has_packed_bf16() -> bool:
-    """The library runs the packed bf16 linear: it was built with AVX-512 BF16."""
+def panel_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtypes whose weights this library packs into panels: fp32 where it was built with
+    AVX-512, bf16 too where it has AVX-512 BF16; none elsewhere (an AVX2 CPU, no compiler)."""
     lib = _default_library() if available() else None
-    return lib is not None and bool(lib.minisgl_cpu_has_packed_bf16())
+    if lib is None:
+        return ()
+    kinds = lib.minisgl_cpu_panel_dtypes()
+    return (torch.float32, torch.bfloat16)[:kinds]
 
 
-def can_pack_bf16(weight: object) -> bool:
-    """A plain bf16 [out, in] CPU weight that pack_bf16 takes: out a multiple of 16, in even (the
-    packed shape then tells both; every linear of the course's models is so)."""
-    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
+def can_pack_panels(weight: object) -> bool:
+    """A plain [out, in] CPU weight that pack_panels takes: out a multiple of 16 and, in bf16, in
+    even (the packed shape then tells both; every linear of the course's models is so)."""
+    return (isinstance(weight, torch.Tensor) and weight.dtype in panel_dtypes()
             and weight.device.type == "cpu" and weight.dim() == 2 and not weight.is_mkldnn
-            and weight.shape[0] % PANEL == 0 and weight.shape[1] % 2 == 0
-            and weight.numel() > 0 and has_packed_bf16())
+            and weight.shape[0] % PANEL == 0 and weight.shape[1] % PANEL_INPUTS[weight.dtype] == 0
+            and weight.numel() > 0)
 
 
-def is_packed_bf16(weight: object) -> bool:
-    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
-            and weight.dim() == 4 and tuple(weight.shape[2:]) == (PANEL, 2)
+def is_panels(weight: object) -> bool:
+    return (isinstance(weight, torch.Tensor) and weight.dtype in PANEL_INPUTS
+            and weight.dim() == 4 and tuple(weight.shape[2:]) == (PANEL, PANEL_INPUTS[weight.dtype])
             and weight.device.type == "cpu" and weight.is_contiguous())
 
 
-def pack_bf16(weight: torch.Tensor) -> torch.Tensor:
-    """weight [out, in] -> [out / 16, in / 2, 16, 2]: element [p, t, i, j] is weight[16 p + i,
-    2 t + j], so that one 64-byte load holds the next input pair of 16 outputs."""
-    if not can_pack_bf16(weight):
-        raise ValueError("pack_bf16 takes a bf16 [out, in] CPU weight, out a multiple of "
-                         f"{PANEL} and in even, on a CPU with AVX-512 BF16")
+def pack_panels(weight: torch.Tensor) -> torch.Tensor:
+    """weight [out, in] -> [out / 16, in / kIn, 16, kIn] (kIn: 2 for bf16, 1 for fp32): element
+    [p, t, i, j] is weight[16 p + i, kIn t + j], so that one 64-byte load holds the next kIn
+    inputs of 16 outputs."""
+    if not can_pack_panels(weight):
+        raise ValueError("pack_panels takes a plain fp32 or bf16 [out, in] CPU weight with out a "
+                         f"multiple of {PANEL} (and in even for bf16), on a CPU with AVX-512 "
+                         "(AVX-512 BF16 for bf16)")
     n, k = weight.shape
+    step = PANEL_INPUTS[weight.dtype]
     plain = weight.contiguous()
-    packed = torch.empty(n // PANEL, k // 2, PANEL, 2, dtype=torch.bfloat16)
-    _default_library().minisgl_cpu_pack_bf16(plain.data_ptr(), n, k, packed.data_ptr())
+    packed = torch.empty(n // PANEL, k // step, PANEL, step, dtype=weight.dtype)
+    _fn("pack_panels", weight.dtype)(plain.data_ptr(), n, k, packed.data_ptr())
     return packed
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
            ) -> torch.Tensor:
-    """x [rows, in] @ weight[out, in]^T (+ bias) -> [rows, out]; weight may be pack_bf16's."""
+    """x [rows, in] @ weight[out, in]^T (+ bias) -> [rows, out]; weight may be pack_panels'."""
     _rows(x, "x")
-    if is_packed_bf16(weight):
-        return _linear_packed(x, weight, bias)
+    if is_panels(weight):
+        return _linear_panels(x, weight, bias)
     if weight.dtype != x.dtype or weight.dim() != 2 or not weight.is_contiguous() \
             or weight.is_mkldnn or weight.shape[1] != x.shape[1] or weight.device.type != "cpu":
         raise ValueError(f"weight must be a contiguous {x.dtype} [out, {x.shape[1]}] CPU matrix")
@@ -165,20 +174,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return y
 
 
-def _linear_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+def _linear_panels(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
                    ) -> torch.Tensor:
-    n, k = packed.shape[0] * PANEL, packed.shape[1] * 2
-    if x.dtype != torch.bfloat16 or x.shape[1] != k:
-        raise ValueError(f"a packed bf16 weight [{n}, {k}] needs a bf16 input of {k} columns, "
-                         f"not {x.dtype} of {x.shape[1]}")
+    n, k = packed.shape[0] * PANEL, packed.shape[1] * packed.shape[3]
+    if x.dtype != packed.dtype or x.shape[1] != k:
+        raise ValueError(f"a packed {packed.dtype} weight [{n}, {k}] needs a {packed.dtype} input "
+                         f"of {k} columns, not {x.dtype} of {x.shape[1]}")
     _vector(bias, n, x.dtype, "bias")
     rows = x.shape[0]
     y = torch.empty(rows, n, dtype=x.dtype)
     if rows:
-        _default_library().minisgl_cpu_linear_packed_bf16(
-            x.data_ptr(), x.stride(0), packed.data_ptr(),
-            None if bias is None else bias.data_ptr(), y.data_ptr(), n, rows, n, k,
-            torch.get_num_threads())
+        _fn("linear_panels", x.dtype)(x.data_ptr(), x.stride(0), packed.data_ptr(),
+                                      None if bias is None else bias.data_ptr(), y.data_ptr(), n,
+                                      rows, n, k, torch.get_num_threads())
     return y
 
 

@@ -6,10 +6,10 @@ fast as F.linear reads the plain one. Each linear layer's weight is replaced by 
 embedding table, gets a packed copy of its own, since the embedding still looks rows up.
 Afterwards the weights can no longer be read as numbers or loaded into: the engine packs last.
 fp32 layer weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain); the LM
-head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one). bf16
-weights go to the C++ library's own panels instead (kernel/cpu_ops.py: pack_bf16) where it was
-built with AVX-512 BF16: its vdpbf16ps linear beats oneDNN there, and the one-call decode step of
-engine/cpu_step.py reads the same panels.
+head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one). Where
+the C++ library was built with AVX-512, fp32 weights (and bf16 ones with AVX-512 BF16) go to its
+own panels instead (kernel/cpu_ops.py: pack_panels): its linear over them beats oneDNN there at
+decode sizes, and the one-call decode step of engine/cpu_step.py reads the same panels.
 """
 
 from __future__ import annotations
@@ -44,16 +44,16 @@ def pack_linears(model: BaseOP) -> int:
     # <<< ch21
     count = 0
     for op in sub_ops(model):
-        if isinstance(op, _Linear) and cpu_ops.can_pack_bf16(op.weight):
-            op.weight = cpu_ops.pack_bf16(op.weight)
+        if isinstance(op, _Linear) and cpu_ops.can_pack_panels(op.weight):
+            op.weight = cpu_ops.pack_panels(op.weight)
             count += 1
         elif isinstance(op, _Linear) and can_pack(op.weight) and not keep_plain(op.weight):
             op.weight = pack_weight(op.weight)
             count += 1
         elif isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight"):
             weight = op.logits_weight()
-            if cpu_ops.can_pack_bf16(weight):
-                op._packed_weight = cpu_ops.pack_bf16(weight)
+            if cpu_ops.can_pack_panels(weight):
+                op._packed_weight = cpu_ops.pack_panels(weight)
             elif can_pack(weight):
                 op._packed_weight = pack_weight(weight)
             else:

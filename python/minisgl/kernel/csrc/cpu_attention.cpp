@@ -349,4 +349,14 @@ int64_t minisgl_cpu_decode_attention_bf16(const uint16_t* q, const uint16_t* k_c
                                     table_stride, table_rows, kv_lens, out, batch, qo_heads,
                                     kv_heads, head_dim, scale, num_threads);
 }
+
+// 1 where the bf16 scores use vdpbf16ps (built with AVX-512 BF16): Python asks before it sends a
+// bf16 prefill here (attention/cpu.py), since the portable loop is slower than SDPA there.
+int minisgl_cpu_attention_has_dpbf16() {
+#ifdef MINISGL_DPBF16
+    return 1;
+#else
+    return 0;
+#endif
+}
 }

@@ -20,9 +20,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#if defined(__AVX512BF16__)  // built with -march=native on a CPU with AVX-512 BF16
+#include <type_traits>
+#if defined(__AVX512F__)  // built with -march=native on a CPU with AVX-512
 #include <immintrin.h>
+#define MINISGL_AVX512 1
+#if defined(__AVX512BF16__)  // ... and its bf16 dot product
 #define MINISGL_DPBF16 1
+#endif
 #endif
 
 namespace {
@@ -196,112 +200,134 @@ void linear(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ld
     }
 }
 
-// ---- bf16 linear over packed weights (AVX-512 BF16) ------------------------------------------
-// vdpbf16ps multiplies 16 pairs of bf16 and adds each pair's two products into one of 16 fp32
-// lanes. With W packed as panels of 16 outputs x 2 inputs ([n / 16][k / 2][16][2], zeros past the
-// ends), one 64-byte load of W holds the next input pair of 16 outputs, and one broadcast of x's
-// pair feeds it: the 16 sums stay in the lanes, no horizontal sum is ever needed. A tile is MR
-// rows x NR panels (16 NR outputs); all rows of x pass over a tile of W while it is in the cache,
-// so W is read from memory once per call however many rows there are.
-#ifdef MINISGL_DPBF16
+// ---- linear over weight panels (AVX-512) -----------------------------------------------------
+// W is packed once into panels of 16 outputs: [n / 16][k / kIn][16][kIn], zeros past the ends.
+// One 64-byte load of a panel holds the next kIn inputs of 16 outputs, one broadcast of x's kIn
+// inputs feeds it, and one instruction adds into 16 fp32 sums that stay in the vector's lanes to
+// the end: no horizontal sum at all (the plain `tile` above needs one per output).
+//   bf16: kIn = 2, vdpbf16ps (AVX-512 BF16) multiplies 16 pairs and adds each pair into a lane;
+//   fp32: kIn = 1, vfmadd231ps (AVX-512F).
+// A tile is MR rows x NR panels; all the rows of x pass over a tile of W while it is in the
+// cache, so W is read from memory once per call however many rows there are.
+#ifdef MINISGL_AVX512
 constexpr int kPanel = 16;  // outputs per panel: one vector of fp32 sums
 constexpr int kPanelsPerTile = 4;
 
-void pack_bf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
-    const int64_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
+#ifdef MINISGL_DPBF16
+struct Bf16Panels {
+    using T = uint16_t;
+    static constexpr int kIn = 2;
+    using W = __m512bh;
+    static W load(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
+    static W broadcast(const T* x, bool alone) {  // alone: x's last input of an odd K
+        int32_t pair = *x;  // the partner zero, not whatever follows x in memory
+        if (!alone) std::memcpy(&pair, x, sizeof pair);
+        return (__m512bh)_mm512_set1_epi32(pair);
+    }
+    static __m512 madd(__m512 acc, W x, W w) { return _mm512_dpbf16_ps(acc, x, w); }
+    static void store(__m512 v, T* out, __mmask16 mask) {  // rounded to nearest even
+        _mm256_mask_storeu_epi16(out, mask, (__m256i)_mm512_cvtneps_pbh(v));
+    }
+    static __m512 load_bias(const T* b, __mmask16 mask) {
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, b)), 16));
+    }
+};
+#endif  // MINISGL_DPBF16
+
+struct F32Panels {
+    using T = float;
+    static constexpr int kIn = 1;
+    using W = __m512;
+    static W load(const T* p) { return _mm512_loadu_ps(p); }
+    static W broadcast(const T* x, bool) { return _mm512_set1_ps(*x); }
+    static __m512 madd(__m512 acc, W x, W w) { return _mm512_fmadd_ps(x, w, acc); }
+    static void store(__m512 v, T* out, __mmask16 mask) { _mm512_mask_storeu_ps(out, mask, v); }
+    static __m512 load_bias(const T* b, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, b); }
+};
+
+template <typename P>
+void pack_panels(const typename P::T* w, int64_t n, int64_t k, typename P::T* packed) {
+    const int64_t steps = (k + P::kIn - 1) / P::kIn, panels = (n + kPanel - 1) / kPanel;
     for (int64_t p = 0; p < panels; p++)
-        for (int64_t t = 0; t < pairs; t++)
+        for (int64_t t = 0; t < steps; t++)
             for (int i = 0; i < kPanel; i++)
-                for (int j = 0; j < 2; j++) {
-                    const int64_t row = p * kPanel + i, col = 2 * t + j;
-                    packed[((p * pairs + t) * kPanel + i) * 2 + j] =
-                        row < n && col < k ? w[row * k + col] : 0;
+                for (int j = 0; j < P::kIn; j++) {
+                    const int64_t row = p * kPanel + i, col = t * P::kIn + j;
+                    packed[((p * steps + t) * kPanel + i) * P::kIn + j] =
+                        row < n && col < k ? w[row * k + col] : typename P::T{};
                 }
 }
 
-template <int MR, int NR>
-void packed_tile(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel,
-                 int64_t panel_size, const uint16_t* bias, int64_t outputs, uint16_t* y,
-                 int64_t ldy) {
-    const int64_t full = k / 2;  // input pairs read as one 32-bit word of x
+template <typename P, int MR, int NR>
+void panel_tile(const typename P::T* x, int64_t ldx, int64_t k, const typename P::T* panel,
+                int64_t panel_size, const typename P::T* bias, int64_t outputs,
+                typename P::T* y, int64_t ldy) {
     __m512 acc[MR][NR];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
-    auto step = [&](int64_t t, const int32_t* pair_of_row) {
-        __m512bh w[NR];
-        for (int j = 0; j < NR; j++)
-            w[j] = (__m512bh)_mm512_loadu_si512(panel + j * panel_size + t * 2 * kPanel);
+    const int64_t steps = (k + P::kIn - 1) / P::kIn;
+    for (int64_t t = 0; t < steps; t++) {
+        const bool alone = (t + 1) * P::kIn > k;
+        typename P::W w[NR];
+        for (int j = 0; j < NR; j++) w[j] = P::load(panel + j * panel_size + t * P::kIn * kPanel);
         for (int i = 0; i < MR; i++) {
-            const __m512bh xi = (__m512bh)_mm512_set1_epi32(pair_of_row[i]);
-            for (int j = 0; j < NR; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xi, w[j]);
+            const typename P::W xi = P::broadcast(x + i * ldx + t * P::kIn, alone);
+            for (int j = 0; j < NR; j++) acc[i][j] = P::madd(acc[i][j], xi, w[j]);
         }
-    };
-    for (int64_t t = 0; t < full; t++) {
-        int32_t pairs[MR];
-        for (int i = 0; i < MR; i++) std::memcpy(&pairs[i], x + i * ldx + 2 * t, 4);
-        step(t, pairs);
-    }
-    if (k % 2) {  // an odd K: the last input alone, its partner zero (not the next row's value)
-        int32_t pairs[MR];
-        for (int i = 0; i < MR; i++) pairs[i] = x[i * ldx + k - 1];
-        step(full, pairs);
     }
     for (int j = 0; j < NR; j++) {
         const int64_t left = outputs - j * kPanel;
         if (left <= 0) break;
         const __mmask16 mask = left >= kPanel ? 0xffff : static_cast<__mmask16>((1u << left) - 1);
-        __m512 b = _mm512_setzero_ps();
-        if (bias) {
-            b = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, bias + j * kPanel)), 16));
-        }
-        for (int i = 0; i < MR; i++) {  // rounded to nearest even, as torch rounds
-            const __m256bh out = _mm512_cvtneps_pbh(_mm512_add_ps(acc[i][j], b));
-            _mm256_mask_storeu_epi16(y + i * ldy + j * kPanel, mask, (__m256i)out);
-        }
+        const __m512 b = bias ? P::load_bias(bias + j * kPanel, mask) : _mm512_setzero_ps();
+        for (int i = 0; i < MR; i++)
+            P::store(_mm512_add_ps(acc[i][j], b), y + i * ldy + j * kPanel, mask);
     }
 }
 
-template <int MR>
-void packed_rows(const uint16_t* x, int64_t ldx, int64_t k, const uint16_t* panel,
-                 int64_t panel_size, int panels, const uint16_t* bias, int64_t outputs,
-                 uint16_t* y, int64_t ldy) {
+template <typename P, int MR>
+void panel_rows(const typename P::T* x, int64_t ldx, int64_t k, const typename P::T* panel,
+                int64_t panel_size, int panels, const typename P::T* bias, int64_t outputs,
+                typename P::T* y, int64_t ldy) {
     switch (panels) {
-        case 1: packed_tile<MR, 1>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
-        case 2: packed_tile<MR, 2>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
-        case 3: packed_tile<MR, 3>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
-        default: packed_tile<MR, 4>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy);
+        case 1: panel_tile<P, MR, 1>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        case 2: panel_tile<P, MR, 2>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        case 3: panel_tile<P, MR, 3>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy); break;
+        default: panel_tile<P, MR, 4>(x, ldx, k, panel, panel_size, bias, outputs, y, ldy);
     }
 }
 
-void linear_packed_bf16(const uint16_t* x, int64_t ldx, const uint16_t* packed,
-                        const uint16_t* bias, uint16_t* y, int64_t ldy, int64_t rows, int64_t n,
-                        int64_t k, int threads) {
-    const int64_t pairs = (k + 1) / 2, panels = (n + kPanel - 1) / kPanel;
-    const int64_t panel_size = pairs * 2 * kPanel;  // elements of one panel
+template <typename P>
+void linear_panels(const typename P::T* x, int64_t ldx, const typename P::T* packed,
+                   const typename P::T* bias, typename P::T* y, int64_t ldy, int64_t rows,
+                   int64_t n, int64_t k, int threads) {
+    const int64_t steps = (k + P::kIn - 1) / P::kIn, panels = (n + kPanel - 1) / kPanel;
+    const int64_t panel_size = steps * P::kIn * kPanel;  // elements of one panel
     const int64_t tiles = (panels + kPanelsPerTile - 1) / kPanelsPerTile;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t tile = 0; tile < tiles; tile++) {
         const int64_t p0 = tile * kPanelsPerTile;
         const int np = static_cast<int>(std::min<int64_t>(kPanelsPerTile, panels - p0));
         const int64_t j0 = p0 * kPanel, outputs = std::min<int64_t>(np * kPanel, n - j0);
-        const uint16_t* panel = packed + p0 * panel_size;
-        const uint16_t* b = bias ? bias + j0 : nullptr;
+        const typename P::T* panel = packed + p0 * panel_size;
+        const typename P::T* b = bias ? bias + j0 : nullptr;
         int64_t m = 0;
         for (; m + 4 <= rows; m += 4)
-            packed_rows<4>(x + m * ldx, ldx, k, panel, panel_size, np, b, outputs,
-                           y + m * ldy + j0, ldy);
-        const uint16_t* xm = x + m * ldx;
-        uint16_t* ym = y + m * ldy + j0;
+            panel_rows<P, 4>(x + m * ldx, ldx, k, panel, panel_size, np, b, outputs,
+                             y + m * ldy + j0, ldy);
+        const typename P::T* xm = x + m * ldx;
+        typename P::T* ym = y + m * ldy + j0;
         switch (rows - m) {
-            case 3: packed_rows<3>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
-            case 2: packed_rows<2>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
-            case 1: packed_rows<1>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 3: panel_rows<P, 3>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 2: panel_rows<P, 2>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 1: panel_rows<P, 1>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
             default: break;
         }
     }
 }
-#endif  // MINISGL_DPBF16
+
+#endif  // MINISGL_AVX512
 
 // ---- add + RMSNorm ----------------------------------------------------------------------------
 // One row of h values (already x + residual, in fp32): out = h / sqrt(mean(h^2) + eps) * weight.
@@ -462,7 +488,7 @@ struct DecodeModel {
     const int32_t* page_table;
     int64_t page_table_stride, page_table_rows;
     const void* attention;  // minisgl_cpu_decode_attention_<type> of csrc/cpu_attention.cpp
-    int64_t packed;         // the layers' weights are pack_bf16's panels (bf16 only)
+    int64_t packed;         // the layers' weights are packed panels (kernel/cpu_ops.py)
 };
 
 struct DecodeBatch {
@@ -497,16 +523,23 @@ enum StepError : int64_t {
     kBadPageEntry = 4,  // the attention kernel found a page-table slot outside the pool
 };
 
-// A projection of the decode step: over plain weights, or over pack_bf16's panels.
+// A projection of the decode step: over plain weights, or over packed panels.
 template <typename T>
 void project(const DecodeModel& m, const T* x, int64_t ldx, const T* w, const T* bias, T* y,
              int64_t ldy, int64_t rows, int64_t n, int64_t k, int threads) {
-#ifdef MINISGL_DPBF16
-    if constexpr (sizeof(T) == 2) {
-        if (m.packed) return linear_packed_bf16(x, ldx, w, bias, y, ldy, rows, n, k, threads);
+#ifdef MINISGL_AVX512
+    if constexpr (std::is_same_v<T, float>) {
+        if (m.packed)
+            return linear_panels<F32Panels>(x, ldx, w, bias, y, ldy, rows, n, k, threads);
     }
 #endif
-    linear<T>(x, ldx, w, bias, y, ldy, rows, n, k, threads);
+#ifdef MINISGL_DPBF16
+    if constexpr (std::is_same_v<T, uint16_t>) {
+        if (m.packed)
+            return linear_panels<Bf16Panels>(x, ldx, w, bias, y, ldy, rows, n, k, threads);
+    }
+#endif
+    linear<T>(x, ldx, w, bias, y, ldy, rows, n, k, threads);  // (Python packs only where it can)
 }
 
 template <typename T>
@@ -605,23 +638,32 @@ extern "C" int64_t minisgl_cpu_decode_step_bf16(const DecodeModel* m, const Deco
     return decode_step<uint16_t>(*m, *b);
 }
 
-// The packed bf16 linear exists where the library was built with AVX-512 BF16: Python asks first.
-extern "C" int minisgl_cpu_has_packed_bf16() {
-#ifdef MINISGL_DPBF16
+// Panels exist where the library was built with AVX-512 (bf16 panels: with AVX-512 BF16 too).
+// Python asks first: 1 for fp32, 2 for fp32 and bf16, 0 for none.
+extern "C" int minisgl_cpu_panel_dtypes() {
+#if defined(MINISGL_DPBF16)
+    return 2;
+#elif defined(MINISGL_AVX512)
     return 1;
 #else
     return 0;
 #endif
 }
 
+#ifdef MINISGL_AVX512
+#define MINISGL_CPU_PANELS(NAME, P)                                                               \
+    extern "C" void minisgl_cpu_pack_panels_##NAME(const P::T* w, int64_t n, int64_t k,          \
+                                                   P::T* packed) {                                \
+        pack_panels<P>(w, n, k, packed);                                                          \
+    }                                                                                             \
+    extern "C" void minisgl_cpu_linear_panels_##NAME(const P::T* x, int64_t ldx,                 \
+                                                     const P::T* packed, const P::T* bias,        \
+                                                     P::T* y, int64_t ldy, int64_t rows,          \
+                                                     int64_t n, int64_t k, int threads) {         \
+        linear_panels<P>(x, ldx, packed, bias, y, ldy, rows, n, k, threads);                      \
+    }
+MINISGL_CPU_PANELS(f32, F32Panels)
 #ifdef MINISGL_DPBF16
-extern "C" void minisgl_cpu_pack_bf16(const uint16_t* w, int64_t n, int64_t k, uint16_t* packed) {
-    pack_bf16(w, n, k, packed);
-}
-extern "C" void minisgl_cpu_linear_packed_bf16(const uint16_t* x, int64_t ldx,
-                                               const uint16_t* packed, const uint16_t* bias,
-                                               uint16_t* y, int64_t ldy, int64_t rows, int64_t n,
-                                               int64_t k, int threads) {
-    linear_packed_bf16(x, ldx, packed, bias, y, ldy, rows, n, k, threads);
-}
+MINISGL_CPU_PANELS(bf16, Bf16Panels)
+#endif
 #endif
