@@ -207,8 +207,10 @@ void linear(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ld
 // the end: no horizontal sum at all (the plain `tile` above needs one per output).
 //   bf16: kIn = 2, vdpbf16ps (AVX-512 BF16) multiplies 16 pairs and adds each pair into a lane;
 //   fp32: kIn = 1, vfmadd231ps (AVX-512F).
-// A tile is MR rows x NR panels; all the rows of x pass over a tile of W while it is in the
-// cache, so W is read from memory once per call however many rows there are.
+// A tile is MR rows x NR panels (6 x 4: 24 of the 32 vector registers hold sums); all the rows
+// of x pass over a tile of W while it is in the cache, so W is read from memory once per call
+// however many rows there are. (4 x 4 was 10-20% slower than oneDNN for fp32 at 17-512 rows; 6
+// x 4 is faster than it at 1 to 512 rows in both dtypes: benchmarks/results/cpu_linear_panels.txt)
 #ifdef MINISGL_AVX512
 constexpr int kPanel = 16;  // outputs per panel: one vector of fp32 sums
 constexpr int kPanelsPerTile = 4;
@@ -313,12 +315,14 @@ void linear_panels(const typename P::T* x, int64_t ldx, const typename P::T* pac
         const typename P::T* panel = packed + p0 * panel_size;
         const typename P::T* b = bias ? bias + j0 : nullptr;
         int64_t m = 0;
-        for (; m + 4 <= rows; m += 4)
-            panel_rows<P, 4>(x + m * ldx, ldx, k, panel, panel_size, np, b, outputs,
+        for (; m + 6 <= rows; m += 6)
+            panel_rows<P, 6>(x + m * ldx, ldx, k, panel, panel_size, np, b, outputs,
                              y + m * ldy + j0, ldy);
         const typename P::T* xm = x + m * ldx;
         typename P::T* ym = y + m * ldy + j0;
         switch (rows - m) {
+            case 5: panel_rows<P, 5>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
+            case 4: panel_rows<P, 4>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
             case 3: panel_rows<P, 3>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
             case 2: panel_rows<P, 2>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
             case 1: panel_rows<P, 1>(xm, ldx, k, panel, panel_size, np, b, outputs, ym, ldy); break;
