@@ -11,8 +11,8 @@ two thirds of it on the course's AVX2 machine (benchmarks/results/cpu_ops.txt).
 Where g++ builds with AVX-512 (`panel_dtypes()`), weights are packed into panels of 16 outputs
 (`pack_panels`, done once by layers/cpu_pack.py) and the linear of a packed weight keeps its 16
 sums in a vector's lanes: vfmadd231ps for fp32, vdpbf16ps (AVX-512 BF16) for bf16. On the 2-core
-AVX-512 VM it is faster than oneDNN's packed weights from 1 row to 512, in both dtypes
-(benchmarks/results/cpu_linear_panels.txt).
+AVX-512 VM it is faster than oneDNN's packed weights at decode sizes (1 to 32 rows) and within
+a few percent of them at 512 rows, in both dtypes (benchmarks/results/cpu_linear_panels.txt).
 
 ops/cpu_impls.py registers them for CPU tensors of fp32 or bf16. When nothing builds (no
 compiler), or MINISGL_DISABLE_FUSED_KERNELS=1, `available()` is False and the torch code runs:

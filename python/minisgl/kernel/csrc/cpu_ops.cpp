@@ -210,7 +210,8 @@ void linear(const T* x, int64_t ldx, const T* w, const T* bias, T* y, int64_t ld
 // A tile is MR rows x NR panels (6 x 4: 24 of the 32 vector registers hold sums); all the rows
 // of x pass over a tile of W while it is in the cache, so W is read from memory once per call
 // however many rows there are. (4 x 4 was 10-20% slower than oneDNN for fp32 at 17-512 rows; 6
-// x 4 is faster than it at 1 to 512 rows in both dtypes: benchmarks/results/cpu_linear_panels.txt)
+// x 4 is faster than it at 1 to 32 rows and within a few percent at 512, in both dtypes:
+// benchmarks/results/cpu_linear_panels.txt)
 #ifdef MINISGL_AVX512
 constexpr int kPanel = 16;  // outputs per panel: one vector of fp32 sums
 constexpr int kPanelsPerTile = 4;
