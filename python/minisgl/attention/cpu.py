@@ -8,11 +8,11 @@ ends at its position: token i of a request with c cached tokens attends to the c
 to itself, which is causal attention with the cached prefix included. Each query reads its whole
 prefix again, where SDPA reads a block of keys once for a block of queries, so this pays only
 for short sequences and with vdpbf16ps: one layer of SmolLM2's heads in bf16 on the 2-core
-AVX-512 VM took 0.80 ms against SDPA's 1.56 for three prompts of 130 tokens and 2.59 against 4.46
-for one of 512, but 39 against 36 at 2048 and 632 against 484 at 8192 (fp32: slower from 512
-on). So a prefill goes to the kernel when the pool is bf16, the kernel has vdpbf16ps and no
-sequence is longer than PREFILL_MAX_KEYS; otherwise to SDPA. The kernel covers fp32 and bf16
-pools; any other dtype runs the torch backend.
+AVX-512 VM took about half SDPA's time for three prompts of 130 tokens and two thirds of it for
+one of 512, but more than SDPA from 2048 tokens on, and in fp32 from 512
+(benchmarks/results/cpu_prefill_attention.txt). So a prefill goes to the kernel when the pool is
+bf16, the kernel has vdpbf16ps and no sequence is longer than PREFILL_MAX_KEYS; otherwise to
+SDPA. The kernel covers fp32 and bf16 pools; any other dtype runs the torch backend.
 """
 
 from __future__ import annotations

@@ -60,7 +60,8 @@ inline void store(float x, uint16_t* out) {  // round to nearest, ties to even
 // a slot whose address the hardware prefetcher cannot guess, and waits for memory at every new
 // page. Asking for the row kAhead tokens ahead hides most of that wait: with 30 layers' pools far
 // larger than the caches, a layer of 17 requests of 130-300 tokens went from 218 to 128 us (13 to
-// 22 GB/s) on the 2-core AVX-512 VM; with the pool in the cache it takes 73 us either way.
+// 22 GB/s) on the 2-core AVX-512 VM; with the pool in the cache it takes about 75 us either way
+// (benchmarks/results/cpu_prefill_attention.txt has the "after" figures).
 constexpr int64_t kAhead = 48;
 
 template <typename T>
