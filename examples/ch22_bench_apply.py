@@ -8,6 +8,10 @@
 3. Report: the per-definition table and a PNG plot.
 4. Apply: a new engine with trace_set= picks, per op and shape bucket, the fastest solution that
    passed; the planted one is never picked, and greedy answers equal those of step 1.
+Both engines run in fp32: apply may pick other kernels (another attention backend, another
+RMSNorm), and only in fp32 do those give the same greedy tokens by construction; in bf16, the
+default on a CPU with AVX-512 BF16, two correct kernels round differently and a near-tie may part
+the answers.
 On a CPU the interpreted Triton kernels are slow, so the torch ones win; the GPU figures come from
 benchmarks/run_stage5_gpu.sh.
 """
@@ -47,7 +51,7 @@ def main() -> int:
     greedy = SamplingParams(max_tokens=4)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "set"
-        llm = LLM(model, trace_dir=str(root), max_running_reqs=8)
+        llm = LLM(model, trace_dir=str(root), max_running_reqs=8, dtype="float32")
         prompts = chat_prompts(llm)[:2]
         plain = llm.generate(prompts, greedy, use_tqdm=False)
         llm.shutdown()
@@ -68,7 +72,7 @@ def main() -> int:
             choices = best_per_bucket(TraceSet.from_path(str(root)), runtime_device())
             picks = sorted({c.impl.suffix for b in choices.values() for c in b.values()})
             print(f"apply would pick: {picks} (planted picked: {'planted' in picks})")
-            llm = LLM(model, trace_set=str(root), max_running_reqs=8)
+            llm = LLM(model, trace_set=str(root), max_running_reqs=8, dtype="float32")
             applied = llm.generate(prompts, greedy, use_tqdm=False)
             llm.shutdown()
         finally:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -117,19 +118,25 @@ def test_a_dead_worker_brings_the_whole_server_down(smollm2_dir):
     assert "exited unexpectedly" in server.log_text()
 
 
-def test_a_killed_launcher_takes_its_workers_with_it(smollm2_dir):
+def test_a_killed_launcher_takes_its_workers_with_it(smollm2_dir, tmp_path, monkeypatch):
     """kill -9 leaves the launcher's socket folder behind; the next launcher removes it (the
-    same call it makes at start-up), and never the folder of a launcher that is alive."""
-    server = RunningServer(["--model", str(smollm2_dir), *SMALL])
+    same call it makes at start-up), and never the folder of a launcher that is alive.
+
+    The folders live in a temporary directory of this test's own (TMPDIR): any launcher that
+    starts meanwhile, a test of another chapter run beside this one, cleans the shared /tmp and
+    would remove the killed launcher's folder before this test looks."""
+    server = RunningServer(["--model", str(smollm2_dir), *SMALL], env={"TMPDIR": str(tmp_path)})
     procs = family(server)
     folders = ipc_folders_of(procs)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     live = private_ipc_dir()  # this test process plays a live launcher
     try:
         server.proc.kill()  # SIGKILL: no handler runs, no cleanup code
         server.proc.wait(60)
         assert wait_gone(procs[1:]) == []
-        assert folders and all(os.path.isdir(f) for f in folders)
-        removed = remove_stale_ipc_dirs()
+        assert folders and all(os.path.dirname(f) == str(tmp_path) for f in folders)
+        assert all(os.path.isdir(f) for f in folders)
+        removed = remove_stale_ipc_dirs(tmp_path)
         assert {str(f) for f in removed} >= folders
         assert not any(os.path.exists(f) for f in folders) and live.is_dir()
     finally:
