@@ -93,13 +93,15 @@ def test_a_packed_model_gives_the_plain_models_logits(smollm2_dir, monkeypatch) 
     from minisgl.layers.cpu_pack import pack_linears
     from minisgl.models.weight import load_model
 
-    # fp32 weights stay plain for the C++ linear where it builds: pack them all the same
-    monkeypatch.setattr("minisgl.layers.cpu_pack.keep_plain", lambda weight: False)
+    # fp32 weights stay plain for the C++ linear, or go to its panels (AVX-512), where it
+    # builds: pack them all for oneDNN all the same
+    monkeypatch.setattr("minisgl.ops.cpu_impls.keep_plain", lambda weight: False)
+    monkeypatch.setattr("minisgl.kernel.cpu_ops.panel_dtypes", lambda: ())
     plain = load_model(smollm2_dir)
     model = load_model(smollm2_dir)
     n_linear = sum(name.endswith("proj.weight") for name, _ in plain.named_weights())
     assert pack_linears(model) == n_linear + 1  # + the tied LM head
-    assert not model.model.embed_tokens.weight.is_mkldnn
+    assert not model.model.embed_tokens.weight.is_mkldnn and model.lm_head._packed_weight.is_mkldnn
     assert pack_linears(model) == 0  # packed weights are not packed twice
     ids = torch.randint(0, plain.config.vocab_size, (9,), generator=torch.Generator().manual_seed(9))
     positions = torch.arange(9)

@@ -8,7 +8,7 @@ Afterwards the weights can no longer be read as numbers or loaded into: the engi
 fp32 layer weights stay plain where the C++ linear builds (ops/cpu_impls.py: keep_plain); the LM
 head keeps its packed copy for the op-by-op path (engine/cpu_step.py reads the plain one). Where
 the C++ library was built with AVX-512, fp32 weights (and bf16 ones with AVX-512 BF16) go to its
-own panels instead (kernel/cpu_ops.py: pack_panels): its linear over them beats oneDNN there at
+own panels instead (ops/cpu_impls.py: packed_form): its linear over them beats oneDNN there at
 decode sizes, and the one-call decode step of engine/cpu_step.py reads the same panels.
 """
 
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from minisgl.kernel import cpu_ops
 from minisgl.ops import hook
-from minisgl.ops.cpu_impls import can_pack, keep_plain, pack_weight
+from minisgl.ops.cpu_impls import packed_form
 
 from .base import BaseOP, OPList
 from .embedding import ParallelLMHead
@@ -37,26 +36,20 @@ def sub_ops(op: BaseOP) -> Iterator[BaseOP]:
 
 
 def pack_linears(model: BaseOP) -> int:
-    """Pack every linear weight of the model that oneDNN can take; the number packed."""
+    """Pack every linear weight of the model that this CPU reads faster packed; the number
+    packed."""
     # >>> ch21
     if hook.installed is not None:  # a trace runs (and replays) the torch code on plain weights
         return 0
     # <<< ch21
     count = 0
     for op in sub_ops(model):
-        if isinstance(op, _Linear) and cpu_ops.can_pack_panels(op.weight):
-            op.weight = cpu_ops.pack_panels(op.weight)
-            count += 1
-        elif isinstance(op, _Linear) and can_pack(op.weight) and not keep_plain(op.weight):
-            op.weight = pack_weight(op.weight)
-            count += 1
+        if isinstance(op, _Linear):
+            if (packed := packed_form(op.weight)) is not None:
+                op.weight = packed
+                count += 1
         elif isinstance(op, ParallelLMHead) and not hasattr(op, "_packed_weight"):
-            weight = op.logits_weight()
-            if cpu_ops.can_pack_panels(weight):
-                op._packed_weight = cpu_ops.pack_panels(weight)
-            elif can_pack(weight):
-                op._packed_weight = pack_weight(weight)
-            else:
-                continue
-            count += 1
+            if (packed := packed_form(op.logits_weight(), lm_head=True)) is not None:
+                op._packed_weight = packed
+                count += 1
     return count

@@ -78,6 +78,18 @@ def keep_plain(weight: torch.Tensor) -> bool:
     return weight.dtype == torch.float32 and cpu_ops.available()
 
 
+def packed_form(weight: torch.Tensor, lm_head: bool = False) -> torch.Tensor | None:
+    """The weight in the layout this CPU's linear reads fastest, or None to keep it plain: the C++
+    library's panels where it has them for the dtype (AVX-512: kernel/cpu_ops.py pack_panels),
+    else oneDNN's layout, except for an fp32 layer weight that the C++ linear reads plain
+    (`keep_plain`); an LM head's copy (lm_head=True) is packed for oneDNN all the same."""
+    if cpu_ops.can_pack_panels(weight):
+        return cpu_ops.pack_panels(weight)
+    if can_pack(weight) and (lm_head or not keep_plain(weight)):
+        return pack_weight(weight)
+    return None
+
+
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """The weight [out, in] reordered for oneDNN: shape and dtype stay, the layout is oneDNN's."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT)
