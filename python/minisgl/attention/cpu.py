@@ -61,14 +61,11 @@ class CpuBackend(TorchNativeBackend):
             return
         if not self.kernel_prefills(batch):
             return super().prepare_metadata(batch)
-        rows = torch.tensor([r.table_idx for r in batch.reqs], dtype=torch.int64)
-        new = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int64)
-        # token i of a request (0-based among its new ones) sees cached_len + i + 1 keys
-        ends = torch.tensor([r.seq_len for r in batch.reqs], dtype=torch.int64)
-        first = torch.repeat_interleave(ends - new, new)
-        within = torch.arange(int(new.sum())) - torch.repeat_interleave(new.cumsum(0) - new, new)
-        batch.attn_metadata = CpuKernelMetadata(torch.repeat_interleave(rows, new),
-                                                first + within + 1)
+        # the i-th new token (from 0) of a request sees its cached_len + i + 1 keys
+        batch.attn_metadata = CpuKernelMetadata(
+            torch.cat([torch.full((r.extend_len,), r.table_idx, dtype=torch.int64)
+                       for r in batch.reqs]),
+            torch.cat([torch.arange(r.cached_len + 1, r.seq_len + 1) for r in batch.reqs]))
 
     def kernel_prefills(self, batch: Batch) -> bool:
         return (self.kv_cache.config.dtype == torch.bfloat16 and cpu_attention.has_dpbf16()

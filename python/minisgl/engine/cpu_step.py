@@ -41,9 +41,9 @@ def weight_fits(t: object, dtype: torch.dtype, shape: tuple[int, int], packed: b
     pack_panels' panels [out / 16, in / kIn, 16, kIn]."""
     if not packed:
         return plain(t, dtype, shape)
-    step = cpu_ops.PANEL_INPUTS.get(dtype, 0)
+    step = cpu_ops.PANEL_INPUTS[dtype]
     return (cpu_ops.is_panels(t) and t.dtype == dtype
-            and tuple(t.shape) == (shape[0] // cpu_ops.PANEL, shape[1] // max(step, 1),
+            and tuple(t.shape) == (shape[0] // cpu_ops.PANEL, shape[1] // step,
                                    cpu_ops.PANEL, step))
 
 

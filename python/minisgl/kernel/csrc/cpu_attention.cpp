@@ -146,8 +146,6 @@ void scores_dpbf16(const uint16_t* q, const uint16_t* k_cache, int64_t slot_stri
                    float* scores) {
     constexpr int kChunks = kDim / 32;
     const __m512 scaled = _mm512_set1_ps(scale);
-    for (int64_t j = 0; j < std::min(kAhead, len); ++j)  // the first keys, ahead too
-        prefetch_row(k_cache + slots[j] * slot_stride + h * kDim, kDim);
     for (int64_t g = 0; g < groups; ++g) {
         __m512bh qg[kChunks];
         for (int c = 0; c < kChunks; ++c)
@@ -193,8 +191,6 @@ void values_fixed(const float* p, int64_t len, const T* v_cache, int64_t slot_st
     __m512 sum[kGroups][kChunks];
     for (int g = 0; g < kGroups; ++g)
         for (int c = 0; c < kChunks; ++c) sum[g][c] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < std::min(kAhead, len); ++j)
-        prefetch_row(v_cache + slots[j] * slot_stride + h * kDim, kDim);
     for (int64_t j = 0; j < len; ++j) {
         if (j + kAhead < len)
             prefetch_row(v_cache + slots[j + kAhead] * slot_stride + h * kDim, kDim);

@@ -348,10 +348,7 @@ void rmsnorm_row(const float* h, const T* weight, float eps, int64_t dim, T* out
     float sum = sum8(sq);
     for (; i < dim; i++) sum += h[i] * h[i];
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
-    int64_t c = 0;
-    for (; c + 8 <= dim; c += 8)
-        store8(load8(weight + c) * round8(load8(h + c) * inv, out), out + c);
-    for (; c < dim; c++) {
+    for (int64_t c = 0; c < dim; c++) {
         T normed;
         store(h[c] * inv, &normed);
         store(load(weight[c]) * load(normed), out + c);
@@ -365,21 +362,7 @@ void add_rmsnorm(const T* x, int64_t ldx, const T* residual, int64_t ldr, const 
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows > 1)
     for (int64_t r = 0; r < rows; r++) {
         float h[dim];  // NOLINT: a row of the hidden size, on the stack
-        int64_t c = 0;
-        if (residual) {  // the residual stream is stored in T: round the sum as torch does
-            for (; c + 8 <= dim; c += 8) {
-                const f32x8 sum = round8(load8(x + r * ldx + c) + load8(residual + r * ldr + c),
-                                         residual_out);
-                store8(sum, residual_out + r * dim + c);
-                std::memcpy(h + c, &sum, sizeof sum);
-            }
-        } else {
-            for (; c + 8 <= dim; c += 8) {
-                const f32x8 v = load8(x + r * ldx + c);
-                std::memcpy(h + c, &v, sizeof v);
-            }
-        }
-        for (; c < dim; c++) {
+        for (int64_t c = 0; c < dim; c++) {
             float v = load(x[r * ldx + c]);
             if (residual) {
                 T sum;  // the residual stream is stored in T: round the sum as torch does
