@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from minisgl.kernel.triton import DecodeWorkspace, decode_attention, extend_attention
+from minisgl.kernel.triton.extend_attention import ExtendConfig, heads_per_program
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MAX_SEQ_LEN = 320
@@ -142,9 +143,10 @@ def test_decode_rejects_a_small_workspace():
 
 
 def run_extend(q_lens: list[int], prefixes: list[int], page_size: int, group: int,
-               head_dim: int, dtype: torch.dtype, tol: float, seed: int) -> None:
+               head_dim: int, dtype: torch.dtype, tol: float, seed: int,
+               config: ExtendConfig | None = None) -> None:
     gen = torch.Generator().manual_seed(seed)
-    num_kv_heads = 1 if group == 8 else 2
+    num_kv_heads = 1 if group >= 8 else 2
     kv_lens = [c + n for c, n in zip(prefixes, q_lens)]
     kv = paged_kv(kv_lens, page_size, num_kv_heads, head_dim, dtype, gen)
     q = torch.randn(sum(q_lens), num_kv_heads * group, head_dim, generator=gen).to(dtype)
@@ -152,7 +154,7 @@ def run_extend(q_lens: list[int], prefixes: list[int], page_size: int, group: in
     cu_q_lens = torch.tensor([0, *q_lens], device=DEVICE).cumsum(0).int()
     out = torch.full_like(q, float("nan"))
     extend_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, cu_q_lens,
-                     kv.kv_lens, max(q_lens), out=out)
+                     kv.kv_lens, max(q_lens), out=out, config=config)
     for b, (cached, n) in enumerate(zip(prefixes, q_lens)):
         rows = slice(int(cu_q_lens[b]), int(cu_q_lens[b + 1]))
         positions = torch.arange(cached, cached + n, device=DEVICE)
@@ -170,6 +172,26 @@ def test_extend_equals_dense(page_size, group):
     q_lens, prefixes = zip(*EXTEND_REQS)
     run_extend(list(q_lens), list(prefixes), page_size, group, 16, torch.float32, 1e-5,
                seed=page_size * 10 + group)
+
+
+# Small tiles, so that one request spans many tiles and key blocks: the unmasked loop (key blocks
+# before a tile's first token), the diagonal blocks, tiles of 4 to 32 tokens, GQA groups packed
+# 1, 2 or 4 heads to a tile (group 3 cannot pack: it is not a power of two).
+@pytest.mark.parametrize("block_m,block_n,group", [(32, 16, 2), (16, 32, 4), (64, 16, 3),
+                                                   (16, 16, 8)])
+def test_extend_tilings(block_m, block_n, group):
+    config = ExtendConfig(block_m=block_m, block_n=block_n, num_warps=4)
+    # prefix 14: a tile starting 2 keys before the end of a key block (its last key is not
+    # visible to the tile's first row), the boundary of the unmasked loop
+    run_extend([45, 1, 17, 80], [0, 14, 29, 47], 4, group, 16, torch.float32, 1e-5,
+               seed=block_m + block_n + group, config=config)
+
+
+def test_heads_per_program():
+    # the largest power of two dividing the group, leaving at least 8 tokens per tile
+    assert [heads_per_program(g, 128) for g in (1, 2, 3, 4, 6, 8, 16, 32)] == \
+        [1, 2, 1, 4, 2, 8, 16, 16]
+    assert heads_per_program(8, 16) == 2 and heads_per_program(2, 8) == 1
 
 
 def test_extend_random_batch_head_dim_32():

@@ -173,7 +173,8 @@ class Engine:
                                  self.attn_backend)
         self.graph_runner = GraphRunner(self.model, self.ctx, sizes,
                                         scratch_slot=self.num_pages * self.page_size,
-                                        vocab_size=mc.vocab_size, device=self.device)
+                                        vocab_size=mc.vocab_size, device=self.device,
+                                        logits_dtype=config.dtype)
         if sizes:  # graph.py logs the result; capture takes seconds per size
             logger.info("capturing CUDA graphs for %d decode batch sizes (1 to %d) ...",
                         len(sizes), max(sizes))

@@ -53,8 +53,9 @@ class VerifyGraphs:
         self.input_ids = torch.zeros(tokens, dtype=torch.int32, device=device)
         self.positions = torch.zeros(tokens, dtype=torch.int64, device=device)
         self.out_loc = torch.full((tokens,), self.scratch_slot, dtype=torch.int32, device=device)
-        self.logits = torch.zeros(tokens, engine.model_config.vocab_size, dtype=torch.float32,
-                                  device=device)
+        # in the model's dtype, as the decode graphs' logits (engine/graph.py)
+        self.logits = torch.zeros(tokens, engine.model_config.vocab_size,
+                                  dtype=engine.config.dtype, device=device)
         backend.init_verify_buffers(self.sizes[-1], q)
         self.batches: dict[int, Batch] = {}
         for bs in self.sizes:
@@ -69,8 +70,8 @@ class VerifyGraphs:
         batch = self.batches[bs]
         set_global_ctx(self.engine.ctx)  # the attention layers find this engine's batch there
         with self.engine.ctx.forward_batch(batch):
-            self.logits[: bs * self.q].copy_(self.engine.model.forward(batch.input_ids,
-                                                                      batch.positions))
+            self.logits[: bs * self.q].copy_(self.engine.model.forward(
+                batch.input_ids, batch.positions, upcast=False))
 
     def capture(self) -> None:
         if not self.sizes:
