@@ -4,7 +4,7 @@ on the CPU), with CUDA graphs and without, beside Hugging Face transformers gene
 weights in the same process.
 
     python benchmarks/decode_latency.py [--batch-sizes 1 64] [--steps 200] [--prompt-len 32]
-        [--graphs-only]
+        [--graphs-only | --hf-static]
 
 With overlap scheduling (chapter 16, on unless MINISGL_DISABLE_OVERLAP_SCHEDULING=1) a step returns
 once the previous step's tokens are on the CPU, while it has already launched the next one; the
@@ -12,8 +12,11 @@ figure is still the time of the whole run divided by its decode steps.
 
 Each batch runs `--steps` decode steps after one prefill step; the figure is the mean over those
 steps. HF's figure is (time of generate for 1 + N tokens - time for 1 token) / N, with its default
-dynamic cache. With graphs, the GPU time of the replays (CUDA events around each replay, input
-copies included) is printed too: what is left of a step is the scheduler's and sampler's host time.
+dynamic cache; `--hf-static` times transformers alone at its fastest instead, with a static cache,
+whose decode step generate compiles (torch.compile, CUDA graphs) on its first call (on a fresh
+machine a minute or more). With graphs, the GPU time of the replays (CUDA events around each
+replay, input copies included) is printed too: what is left of a step is the scheduler's and
+sampler's host time.
 """
 
 from __future__ import annotations
@@ -91,7 +94,10 @@ def ms_per_decode_step(llm: LLM, prompts: list[list[int]], steps: int) -> float:
     return elapsed / steps * 1000
 
 
-def hf_ms_per_step(model, prompts: list[list[int]], steps: int) -> float:
+def hf_ms_per_step(model, prompts: list[list[int]], steps: int, static: bool = False) -> float:
+    """static: a static KV cache, which makes generate compile its decode step (the prefill runs
+    uncompiled); the warm-up asks for as many tokens as the timed run, so the step it compiles is
+    the one timed (the same cache length: another would compile again)."""
     from transformers import GenerationConfig
 
     ids = torch.tensor(prompts, device=DEVICE)
@@ -99,7 +105,7 @@ def hf_ms_per_step(model, prompts: list[list[int]], steps: int) -> float:
 
     def generate(new_tokens: int) -> float:
         config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                                  pad_token_id=0)
+                                  pad_token_id=0, cache_implementation="static" if static else None)
         torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.no_grad():
@@ -107,7 +113,7 @@ def hf_ms_per_step(model, prompts: list[list[int]], steps: int) -> float:
         torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    generate(2)  # warm-up
+    generate(1 + steps if static else 2)  # warm-up (static: the compilation)
     return (generate(1 + steps) - generate(1)) / steps * 1000
 
 
@@ -119,6 +125,8 @@ def main() -> int:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--graphs-only", action="store_true",
                         help="only minisgl with CUDA graphs (no eager engine, no transformers)")
+    parser.add_argument("--hf-static", action="store_true",
+                        help="only transformers, with a static cache and its compiled decode step")
     args = parser.parse_args()
     overlap = "off" if load_env().disable_overlap_scheduling else "on"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
@@ -126,6 +134,8 @@ def main() -> int:
           f"{args.prompt_len} tokens, {args.steps} decode steps (HF: {args.hf_steps}), overlap "
           f"scheduling {overlap}", flush=True)
     folder = random_qwen3_folder()
+    if args.hf_static:
+        return hf_static(folder, args.batch_sizes, args.prompt_len, args.hf_steps)
     max_bs = max(args.batch_sizes)
     ours: dict[str, dict[int, float]] = {}
     replay_ms: dict[int, float] = {}
@@ -163,6 +173,18 @@ def main() -> int:
               f"generate {theirs:7.3f} ms/step; transformers / minisgl with graphs "
               f"{theirs / graphs:.1f}x", flush=True)
     report_target(ours, args.batch_sizes)
+    return 0
+
+
+def hf_static(folder: str, batch_sizes: list[int], prompt_len: int, steps: int) -> int:
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).to(DEVICE).eval()
+    for bs in batch_sizes:
+        start = time.perf_counter()
+        ms = hf_ms_per_step(hf, random_prompts(bs, prompt_len, bs), steps, static=True)
+        print(f"transformers static cache + compile batch {bs:3d}: {ms:7.3f} ms/step (compiling "
+              f"and timing took {time.perf_counter() - start:.0f} s)", flush=True)
     return 0
 
 
