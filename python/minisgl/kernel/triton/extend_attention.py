@@ -44,7 +44,7 @@ class ExtendConfig:
 
 
 EXTEND_CONFIG = ExtendConfig()
-# Measured on an H100 with benchmarks/tune_extend_attention.py (2026-12-07, 38 tilings checked
+# Measured on an H100 with benchmarks/tune_extend_attention.py (2026-12-07, 19 tilings checked
 # and timed): on the official bench.py's first prefill batch (31 prompts, 15,705 tokens) small
 # tiles win, 0.242 ms against 0.291 for EXTEND_CONFIG (many programs: the SMs stay busy and no
 # tile trails far behind); on one 1024-token prompt large ones do, 0.040 against 0.055 ms
