@@ -16,7 +16,7 @@ import torch
 
 from minisgl import ops
 from minisgl.kernel.triton import sample
-from minisgl.kernel.triton.sampling import BLOCK
+from minisgl.kernel.triton.sampling import BLOCK, CHUNK
 from minisgl.ops.sampling import sample_torch, uniform_from
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -51,10 +51,11 @@ def check_inverse_cdf(logits, temperature, seed32, positions, got) -> None:
         assert before - 1e-5 <= float(u[b]) <= before + float(probs[t]) + 1e-5, b
 
 
-@pytest.mark.parametrize("vocab", [7, BLOCK, 2 * BLOCK + 901])
-def test_sample_kernel_draws_the_inverse_cdf(vocab):
+# one chunk, exactly one block, and three chunks of one block (the last one short)
+@pytest.mark.parametrize("vocab,chunk", [(7, CHUNK), (BLOCK, CHUNK), (2 * BLOCK + 901, BLOCK)])
+def test_sample_kernel_draws_the_inverse_cdf(vocab, chunk):
     inputs = draw_inputs(12, vocab, seed=vocab)
-    got = sample(*on_device(*inputs)).cpu()
+    got = sample(*on_device(*inputs), chunk=chunk).cpu()
     assert got.dtype == torch.int64 and got.shape == (12,)
     check_inverse_cdf(*inputs, got)
     want = sample_torch(*inputs)
@@ -73,6 +74,24 @@ def test_sample_kernel_never_draws_a_masked_token_and_picks_the_first_maximum():
     got = sample(*on_device(logits, temperature, seed32, positions)).cpu()
     assert got[1] < 40 and got[2] == 123 and got[4] == 7
     check_inverse_cdf(logits, temperature, seed32, positions, got)
+
+
+def test_sample_kernel_across_chunks_with_masked_chunks():
+    """Rows cut into four chunks of one block: a row whose only live tokens sit in its last
+    chunk, one whose maximum is in a middle chunk and repeated in a later one (the first index
+    wins), and rows whose draw must cross from chunk to chunk."""
+    vocab = 4 * BLOCK
+    logits, temperature, seed32, positions = draw_inputs(8, vocab, seed=31, scale=1.0)
+    logits[1, : 3 * BLOCK + 5] = float("-inf")  # chunks 0-2 masked, chunk 3 nearly so
+    logits[2, BLOCK + 17] = logits[2, 3 * BLOCK + 2] = 50.0  # the maximum twice
+    temperature[1], temperature[2] = 0.7, 0.0  # row 2 greedy: the first maximum
+    got = sample(*on_device(logits, temperature, seed32, positions), chunk=BLOCK).cpu()
+    assert got[1] >= 3 * BLOCK + 5 and got[2] == BLOCK + 17
+    check_inverse_cdf(logits, temperature, seed32, positions, got)
+    one = sample(*on_device(logits, temperature, seed32, positions), chunk=vocab).cpu()
+    assert (got == one).float().mean() >= 0.75  # chunks change only the order of the sums
+    with pytest.raises(ValueError, match="chunk"):
+        sample(*on_device(logits, temperature, seed32, positions), chunk=BLOCK + 1)
 
 
 def test_sample_kernel_reads_strided_rows_and_half_precision():
