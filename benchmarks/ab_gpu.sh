@@ -13,6 +13,8 @@
 # On the device (carry .ab and .cache):
 #   A_NAME=<commit A> B_NAME=<commit B> OUT=$OUT bash benchmarks/ab_gpu.sh
 # $OUT/ab_summary.txt gets one line per measurement and run, then the medians and B/A.
+# DECODE=generate measures decode with benchmarks/peers/bs1_decode.py instead (LLM.generate,
+# batch 1, graphs up to 8: fewer sizes to compile than decode_latency.py's, for a short call).
 set -u
 OUT=${OUT:-/tmp/ab}
 BUDGET_S=${BUDGET_S:-540}
@@ -26,7 +28,10 @@ BENCH=$ROOT/.cache/official_bench.py
 # models, wheels and Triton's cache are shared
 run() {
   local kind=$1 side=$2 name=$3 limit=$4
-  if [ "$kind" = decode ]; then
+  if [ "$kind" = decode ] && [ "${DECODE:-}" = generate ]; then
+    step "$name" "$limit" env PYTHONPATH="$ROOT/.ab/$side/python" \
+      python "$ROOT/.ab/$side/benchmarks/peers/bs1_decode.py" --engine minisgl --batch 1
+  elif [ "$kind" = decode ]; then
     step "$name" "$limit" env PYTHONPATH="$ROOT/.ab/$side/python" \
       python "$ROOT/.ab/$side/benchmarks/decode_latency.py" --graphs-only --batch-sizes 1 64
   else
@@ -67,6 +72,10 @@ for side in "ab":
         for bs, ms in re.findall(r"minisgl \(CUDA graphs\) batch\s+(\d+):\s+([\d.]+) ms/step",
                                  decode):
             figures.setdefault((f"bs{bs}-decode-ms", side), []).append(float(ms))
+        # bs1_decode.py: "bs1-decode engine=minisgl batch=1 ms_per_step=0.951 runs=[...]"
+        for bs, ms in re.findall(r"^bs1-decode engine=\S+ batch=(\d+) ms_per_step=([\d.]+)",
+                                 decode, re.M):
+            figures.setdefault((f"bs{bs}-generate-ms", side), []).append(float(ms))
         bench = (out / f"bench_{side}_{r}.txt").read_text(errors="replace") \
             if (out / f"bench_{side}_{r}.txt").exists() else ""
         for tps in re.findall(r"Throughput:\s*([\d.]+)\s*tok/s", bench):
