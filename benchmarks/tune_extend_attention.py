@@ -11,7 +11,7 @@ error at most 1e-2), then timed in a CUDA graph. Prints one line per tiling and 
     extend-tiling shape=<...> block_m=.. block_n=.. warps=.. stages=.. pack=.. ms=<x>
 
 then `best-extend-tiling` per shape and, with FlashInfer, `extend-attention ratio=<fi/ours>` for
-the tiling the engine picks for the shape (extend_config) and the best one.
+the engine's tiling (EXTEND_CONFIG) and the best one.
 """
 
 from __future__ import annotations
@@ -27,11 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import attention_kernels as ak  # noqa: E402  (sets Triton's interpreter up on a CPU)
 
 from minisgl.kernel.triton import extend_attention  # noqa: E402
-from minisgl.kernel.triton.extend_attention import (  # noqa: E402
-    EXTEND_CONFIG,
-    ExtendConfig,
-    extend_config,
-)
+from minisgl.kernel.triton.extend_attention import EXTEND_CONFIG, ExtendConfig  # noqa: E402
 
 
 def tilings(smoke: bool) -> list[ExtendConfig]:
@@ -39,12 +35,13 @@ def tilings(smoke: bool) -> list[ExtendConfig]:
         return [ExtendConfig(32, 16, 4, 1), ExtendConfig(32, 16, 4, 1, pack_gqa=False)]
     grid = [ExtendConfig(m, n, w, s) for m, n, w, s in itertools.product(
         (64, 128), (32, 64, 128), (4, 8), (2, 3)) if not (m == 64 and w == 8)]
-    # the kernel before GQA packing (one head per tile, 64 rows, Triton's default warps/stages)
+    # the engine's tiling, then the kernel before GQA packing (one head per tile, 64 rows,
+    # Triton's default warps and stages)
     return [EXTEND_CONFIG, ExtendConfig(64, 64, 4, 3, pack_gqa=False), *grid]
 
 
 def engine_tiling(lens: list[int]) -> ExtendConfig:
-    return extend_config(sum(lens))
+    return EXTEND_CONFIG  # one tiling for every batch (extend_attention.py says why)
 
 
 def builder(config: ExtendConfig) -> ak.Builder:

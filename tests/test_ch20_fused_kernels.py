@@ -241,8 +241,7 @@ def test_silu_and_mul_strided_rows_and_odd_width():
 
 
 def test_one_split_writes_directly_and_padding_rows_get_zeros():
-    """num_splits 1: requests up to the (rounded-up) mean length are one piece each and write
-    their output directly, the 300-key one is cut and merged; a length-0 row (CUDA-graph
+    """num_splits 1: stage 1 writes the final output (no merge); a length-0 row (CUDA-graph
     padding) must come out as zeros, not as whatever the output held."""
     gen = torch.Generator().manual_seed(21)
     kv = paged_kv([300, 77, 1, 5], 16, 2, 16, torch.float32, gen)

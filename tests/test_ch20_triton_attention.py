@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from minisgl.kernel.triton import DecodeConfig, DecodeWorkspace, decode_attention, extend_attention
+from minisgl.kernel.triton import DecodeWorkspace, decode_attention, extend_attention
 from minisgl.kernel.triton.extend_attention import ExtendConfig, heads_per_program
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -132,28 +132,6 @@ def test_decode_reuses_workspace_while_lengths_change():
         assert out[[b for b in range(4) if b not in real]].eq(0).all()
 
 
-def test_decode_cuts_uneven_lengths_into_equal_pieces():
-    """One long request among short ones: with 16-key blocks and 8 splits on average it is cut
-    into 19 pieces, more than one merge block of 16, while the short ones stay whole and are
-    written directly. Every (request, KV head) count is back at zero afterwards, twice over."""
-    gen = torch.Generator().manual_seed(17)
-    kv = paged_kv([300, 1, 2, 3], 16, 2, 16, torch.float32, gen)
-    q = torch.randn(4, 4, 16, generator=gen).to(DEVICE)
-    workspace = DecodeWorkspace.allocate(4, 4, 16, DEVICE, max_splits=8)
-    workspace.partial_out.fill_(float("nan"))
-    for _ in range(2):
-        out = torch.full_like(q, float("nan"))
-        decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
-                         num_splits=8, workspace=workspace, out=out,
-                         config=DecodeConfig(block_n=16, num_warps=2, num_stages=2))
-        check_decode(out, q, kv, 0.25, 1e-5)
-        assert workspace.arrivals.eq(0).all()
-    # 306 keys / (4 x 8) rounded up to a 16-key block: the long request's 19 pieces wrote
-    # partial results (rows 0-18), the short ones none
-    assert not workspace.partial_out[:19].isnan().any()
-    assert workspace.partial_out[19:].isnan().all()
-
-
 def test_decode_rejects_a_small_workspace():
     gen = torch.Generator().manual_seed(5)
     kv = paged_kv([10, 20], 1, 1, 16, torch.float32, gen)
@@ -247,29 +225,6 @@ def test_bfloat16_inputs_on_gpu():
         out = decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx,
                                kv.kv_lens, num_splits=num_splits)
         check_decode(out, q, kv, 128 ** -0.5, 2e-2)
-
-
-@pytest.mark.gpu
-def test_the_last_piece_merges_complete_pieces_on_gpu():
-    """The merge reads what other programs wrote, ordered only by the arrival count: a missing
-    fence would show as a run that differs from the others. The merge adds the pieces in a fixed
-    order whoever does it, so every run must be bit-identical; 200 runs of 64 requests whose
-    longest (320 keys, 32-key pieces) are cut into 10 pieces, programs racing on each count."""
-    gen = torch.Generator().manual_seed(23)
-    lens = [MAX_SEQ_LEN] * 4 + torch.randint(1, MAX_SEQ_LEN, (60,), generator=gen).tolist()
-    kv = paged_kv(lens, 1, 8, 128, torch.bfloat16, gen)
-    q = torch.randn(len(lens), 16, 128, generator=gen).bfloat16().to(DEVICE)
-    workspace = DecodeWorkspace.allocate(len(lens), 16, 128, DEVICE, max_splits=8)
-    config = DecodeConfig(block_n=16, num_warps=2, num_stages=2)
-    first = decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx,
-                             kv.kv_lens, num_splits=8, workspace=workspace, config=config)
-    check_decode(first, q, kv, 128 ** -0.5, 2e-2)
-    outs = torch.empty(200, *first.shape, dtype=first.dtype, device=DEVICE)
-    for i in range(200):
-        decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
-                         num_splits=8, workspace=workspace, config=config, out=outs[i])
-    assert torch.equal(outs, first.expand_as(outs))
-    assert workspace.arrivals.eq(0).all()
 
 
 def test_triton_imported_too_early_is_a_clear_error():

@@ -26,7 +26,7 @@ class TritonAttnMetadata:
     kv_lens: torch.Tensor  # [B] int32: cached + new tokens
     cu_q_lens: torch.Tensor | None  # prefill: [B + 1] int32 offsets of each request's new tokens
     max_q_len: int  # prefill: the most new tokens of any request (sizes the grid)
-    num_splits: int  # decode: pieces each sequence is cut into, on average
+    num_splits: int  # decode: pieces each sequence is cut into
 
 
 class TritonBackend(BaseAttnBackend):
@@ -40,13 +40,11 @@ class TritonBackend(BaseAttnBackend):
 
         self.kernels = kernels
         device, max_seq_len = page_table.device, page_table.shape[1]
-        # Sized for the batch size that makes the most pieces, so it fits every batch; allocated
-        # once so that a captured CUDA graph (chapter 15) can keep pointing at it.
-        max_batch = page_table.shape[0]
+        # Sized for the batch size that splits the most, so it fits every batch; allocated once
+        # so that a captured CUDA graph (chapter 15) can keep pointing at it.
+        max_splits = kernels.max_num_splits(num_kv_heads, max_seq_len, device)
         self.workspace = kernels.DecodeWorkspace.allocate(
-            max_batch, num_qo_heads, kv_cache.config.head_dim, device,
-            kernels.max_num_splits(num_kv_heads, max_seq_len, device),
-            kernels.max_pieces_for(max_batch, num_kv_heads, max_seq_len, device))
+            page_table.shape[0], num_qo_heads, kv_cache.config.head_dim, device, max_splits)
 
     def prepare_metadata(self, batch: Batch) -> None:
         device = self.page_table.device
@@ -69,7 +67,7 @@ class TritonBackend(BaseAttnBackend):
     # CUDA graphs (chapter 15): the decode kernel's grid depends only on the batch size and the
     # split count, and it reads lengths and page-table rows from device tensors, so a graph can
     # replay it over new lengths once those tensors are static buffers. A padding row has length
-    # 0: it is one piece without keys, which writes zeros.
+    # 0: no split of it has keys, and the merge writes zeros.
     supports_cuda_graph = True
 
     def init_graph_buffers(self, max_bs: int) -> None:

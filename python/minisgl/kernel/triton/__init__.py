@@ -36,7 +36,6 @@ from .decode_attention import (  # noqa: E402
     choose_num_splits,
     decode_attention,
     max_num_splits,
-    max_pieces_for,
 )
 from .extend_attention import extend_attention  # noqa: E402
 from .gemv import gemv, gemv_rmsnorm, gemv_silu_and_mul  # noqa: E402
@@ -46,7 +45,7 @@ from .sampling import sample  # noqa: E402
 
 __all__ = ["DECODE_CONFIGS", "DecodeConfig", "DecodeWorkspace", "choose_num_splits",
            "decode_attention", "extend_attention", "fused_add_rms_norm", "gemv", "gemv_rmsnorm",
-           "gemv_silu_and_mul", "max_num_splits", "max_pieces_for", "qk_norm_rope", "rms_norm", "sample",
+           "gemv_silu_and_mul", "max_num_splits", "qk_norm_rope", "rms_norm", "sample",
            "silu_and_mul"]
 # <<< ch20
 # >>> ch26

@@ -36,27 +36,22 @@ class ExtendConfig:
     """How the extend kernel tiles its work; benchmarks/tune_extend_attention.py times the
     candidates on a GPU."""
 
-    block_m: int = 128  # query rows per program (tokens x heads of the group)
-    block_n: int = 64  # keys per loop step
-    num_warps: int = 8
+    block_m: int = 64  # query rows per program (tokens x heads of the group)
+    block_n: int = 32  # keys per loop step
+    num_warps: int = 4
     num_stages: int = 2
     pack_gqa: bool = True  # False: one query head per tile (for comparison)
 
 
-EXTEND_CONFIG = ExtendConfig()
 # Measured on an H100 with benchmarks/tune_extend_attention.py (2026-12-07, 19 tilings checked
 # and timed): on the official bench.py's first prefill batch (31 prompts, 15,705 tokens) small
-# tiles win, 0.242 ms against 0.291 for EXTEND_CONFIG (many programs: the SMs stay busy and no
-# tile trails far behind); on one 1024-token prompt large ones do, 0.040 against 0.055 ms
-# (few programs: each should do as much work per loop step as it can).
-SMALL_TILES = ExtendConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
-LARGE_TILES = ExtendConfig(block_m=128, block_n=128, num_warps=8, num_stages=3)
-MANY_TOKENS = 4096  # new tokens in the batch from which the small tiles are chosen
-
-
-def extend_config(num_tokens: int) -> ExtendConfig:
-    """The tiling for a batch of num_tokens new tokens (host-known: q's first dimension)."""
-    return SMALL_TILES if num_tokens >= MANY_TOKENS else LARGE_TILES
+# tiles win, 0.242 ms against 0.291 for 128 rows x 64 keys x 8 warps (many programs: the SMs stay
+# busy and no tile trails far behind). One 1024-token prompt alone prefers large tiles (0.040 ms
+# at 128 x 128 x 8 warps against 0.055), but one tiling serves every batch: a second one would
+# compile the first time a batch picked it, in the middle of serving (a cold bench.py run with
+# two tilings was ~6% slower on the H100, most likely for that reason; not measured apart:
+# benchmarks/results/h100_ab_issue32_round2.txt).
+EXTEND_CONFIG = ExtendConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
 
 
 def heads_per_program(group: int, block_m: int, pack_gqa: bool = True) -> int:
@@ -169,7 +164,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     (host-known, it sizes the grid). Returns out [T, H, D] (written into `out` when given)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     group = num_heads // k_cache.shape[1]
-    cfg = config or extend_config(q.shape[0])
+    cfg = config or EXTEND_CONFIG
     heads = heads_per_program(group, cfg.block_m, cfg.pack_gqa)
     out, sm_scale = output_and_scale(q, k_cache, v_cache, out, sm_scale)
     grid = (table_idx.shape[0], triton.cdiv(max_q_len, cfg.block_m // heads), num_heads // heads)
