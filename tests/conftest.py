@@ -212,17 +212,21 @@ class RunningServer:
         return self.request("POST", path, body)
 
     def health(self, timeout: float = 60.0) -> dict:
-        """/health's numbers as they are now. While the scheduler is in the middle of a step,
-        /health answers with the numbers it had before (`stats_age_s` says how old they are):
-        ask again until they are fresh."""
-        deadline = time.monotonic() + timeout
+        """/health's numbers as they are now: taken by the scheduler after this call began.
+        While the scheduler is in the middle of a step, /health answers with the numbers it had
+        before, and numbers less than 50 ms old are not asked for again (`stats_age_s` says how
+        old they are): ask until they are younger than this call. "Less than 0.1 s old" was not
+        enough: a request sent and streaming within 50 ms of the last /health (a fast engine)
+        still read the numbers from before it, running_requests 0."""
+        start = time.monotonic()
+        deadline = start + timeout
         while True:
             status, body = self.get("/health")
             assert status == 200, body
-            if body.get("stats_age_s", 0) < 0.1:  # type: ignore[union-attr]
+            if body.get("stats_age_s", 0) < time.monotonic() - start:  # type: ignore[union-attr]
                 return body  # type: ignore[return-value]
             assert time.monotonic() < deadline, f"/health never fresh: {body}"
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
