@@ -52,3 +52,12 @@ step() {
     echo "exit status $rc"
   } | grep --line-buffered -v -E "$NOISE" | tee "$OUT/$name.txt"
 }
+
+# pstep NAME LIMIT_S COMMAND...: `step`, then its output appended to $LOG, for scripts that
+# gather their step files into one (the device returns at most 8 files; the caller sets LOG)
+pstep() {
+  step "$@"
+  if [ -f "$OUT/$1.txt" ]; then
+    { echo "===== $1"; cat "$OUT/$1.txt"; } >> "$LOG"
+  fi
+}

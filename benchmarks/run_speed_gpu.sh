@@ -42,12 +42,8 @@ if [ "$USE_PEERS" = 1 ] && [ ! -f "$ZIP" ]; then
   echo "WARNING: PEERS=1 but $ZIP is missing (carry .cache/peers): FlashInfer left out"
   USE_PEERS=0
 fi
-source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, $MACHINE, `step`
+source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, $MACHINE, `step`, `pstep`
 export PYTHONUNBUFFERED=1  # a step killed at its limit still leaves what it printed
-pstep() {  # `step`, then its output appended to $LOG (flashinfer_site.sh defines the same)
-  step "$@"
-  [ -f "$OUT/$1.txt" ] && { echo "===== $1"; cat "$OUT/$1.txt"; } >> "$LOG"
-}
 # Qwen3-0.6B's config and tokenizer (every Qwen3 step; Qwen3-30B-A3B's folder is built from it)
 QWEN=.cache/models/Qwen/Qwen3-0.6B
 [ -d "$QWEN" ] || { mkdir -p .cache/models && tar xzf .cache/peers/qwen3-0.6b.tgz -C .cache/models

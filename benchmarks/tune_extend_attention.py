@@ -17,6 +17,7 @@ the engine's tiling (EXTEND_CONFIG) and the best one.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
 from pathlib import Path
@@ -26,38 +27,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 import attention_kernels as ak  # noqa: E402  (sets Triton's interpreter up on a CPU)
 
-from minisgl.kernel.triton import extend_attention  # noqa: E402
 from minisgl.kernel.triton.extend_attention import EXTEND_CONFIG, ExtendConfig  # noqa: E402
 
 
 def tilings(smoke: bool) -> list[ExtendConfig]:
+    """The engine's tiling first, then the kernel before GQA packing (one head per tile, 64 rows,
+    Triton's default warps and stages), then a grid; each tiling once."""
     if smoke:
         return [ExtendConfig(32, 16, 4, 1), ExtendConfig(32, 16, 4, 1, pack_gqa=False)]
     grid = [ExtendConfig(m, n, w, s) for m, n, w, s in itertools.product(
         (64, 128), (32, 64, 128), (4, 8), (2, 3)) if not (m == 64 and w == 8)]
-    # the engine's tiling, then the kernel before GQA packing (one head per tile, 64 rows,
-    # Triton's default warps and stages)
-    return [EXTEND_CONFIG, ExtendConfig(64, 64, 4, 3, pack_gqa=False), *grid]
-
-
-def engine_tiling(lens: list[int]) -> ExtendConfig:
-    return EXTEND_CONFIG  # one tiling for every batch (extend_attention.py says why)
-
-
-def builder(config: ExtendConfig) -> ak.Builder:
-    def build(layout, heads, q, out):
-        device = q.device
-        table = layout.page_table.to(device)
-        rows = torch.arange(layout.batch, dtype=torch.int32, device=device)
-        lens = torch.tensor(layout.lens, dtype=torch.int32, device=device)
-        cu = torch.tensor([0, *layout.lens], device=device).cumsum(0).int()
-
-        def call(pool):
-            k, v = pool.slots()
-            return extend_attention(q, k, v, table, rows, cu, lens, max(layout.lens), out=out,
-                                    config=config)
-        return call
-    return build
+    return list(dict.fromkeys([EXTEND_CONFIG, ExtendConfig(64, 64, 4, 3, pack_gqa=False), *grid]))
 
 
 def describe(c: ExtendConfig) -> str:
@@ -88,11 +68,10 @@ def main() -> int:
                                             heads, [pool], q, ref, iters)
         times: dict[ExtendConfig, float] = {}
         for config in tilings(args.smoke):
-            if config in times:
-                continue
             try:
-                ms = ak.run_case(f"{describe(config)} {shape}", builder(config), layout, heads,
-                                 [pool], q, ref, iters)
+                ms = ak.run_case(f"{describe(config)} {shape}",
+                                 functools.partial(ak.triton_extend, config=config), layout,
+                                 heads, [pool], q, ref, iters)
             except Exception as e:  # e.g. out of shared memory for a large tile
                 print(f"FAIL {describe(config)}: {type(e).__name__}: {str(e)[:200]}")
                 ms = None
@@ -103,15 +82,8 @@ def main() -> int:
             continue
         best = min(times, key=times.get)
         summary.append(f"best-extend-tiling shape={shape} {describe(best)} ms={times[best]:.4f}")
-        chosen = engine_tiling(lens)
-        if chosen not in times and not args.smoke:
-            ms = ak.run_case(f"engine's {describe(chosen)} {shape}", builder(chosen), layout,
-                             heads, [pool], q, ref, iters)
-            if ms is not None:
-                times[chosen] = ms
-        default = times.get(chosen)
         if fi is not None:
-            for name, ms in (("engine", default), ("best", times[best])):
+            for name, ms in (("engine", times.get(EXTEND_CONFIG)), ("best", times[best])):
                 if ms is not None:
                     summary.append(f"extend-attention shape={shape} tiling={name} "
                                    f"flashinfer={fi:.4f} triton={ms:.4f} ratio={fi / ms:.3f}")

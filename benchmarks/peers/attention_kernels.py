@@ -52,6 +52,7 @@ from minisgl.kernel.triton import (
     decode_attention,
     extend_attention,
 )
+from minisgl.kernel.triton.extend_attention import ExtendConfig
 
 WORKING_SET = 512 << 20  # bytes of K/V cycled through in one timed decode replay: 10x the L2
 WORKSPACE = 128 << 20  # FlashInfer's float workspace, the size its docs recommend
@@ -276,8 +277,9 @@ def flashinfer_extend(layout: PagedLayout, heads: Heads, q: torch.Tensor, out: t
     return lambda pool: wrapper.run(q, (pool.k, pool.v), out=out)
 
 
-def triton_extend(layout: PagedLayout, heads: Heads, q: torch.Tensor, out: torch.Tensor
-                  ) -> Callable[[KVPool], object]:
+def triton_extend(layout: PagedLayout, heads: Heads, q: torch.Tensor, out: torch.Tensor,
+                  config: ExtendConfig | None = None) -> Callable[[KVPool], object]:
+    """config: a tiling other than the engine's (benchmarks/tune_extend_attention.py)."""
     device = q.device
     page_table = layout.page_table.to(device)
     table_idx = torch.arange(layout.batch, dtype=torch.int32, device=device)
@@ -287,7 +289,7 @@ def triton_extend(layout: PagedLayout, heads: Heads, q: torch.Tensor, out: torch
     def call(pool: KVPool) -> object:
         k_slots, v_slots = pool.slots()
         return extend_attention(q, k_slots, v_slots, page_table, table_idx, cu_q_lens, kv_lens,
-                                max(layout.lens), out=out)
+                                max(layout.lens), out=out, config=config)
 
     return call
 

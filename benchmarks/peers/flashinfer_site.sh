@@ -1,5 +1,5 @@
 # Shared by benchmarks/peers/run_*_gpu.sh (sourced after benchmarks/gpu_steps.sh, with ROOT, OUT
-# and LOG set): unpacks what benchmarks/peers/prepare.sh put in .cache/peers, defines `pstep`,
+# and LOG set): unpacks what benchmarks/peers/prepare.sh put in .cache/peers,
 # and builds FlashInfer's JIT modules for Qwen3-0.6B's shapes in one parallel run (otherwise
 # whoever imports them first builds them one after another).
 #
@@ -18,14 +18,6 @@ python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv
 python -m pip install -q --no-index --no-deps --target "$SITE" "$PEERS"/apache_tvm_ffi-*.whl 2>&1 \
   | grep -v -i warning
 [ -d "$MODELS/Qwen/Qwen3-0.6B" ] || tar xzf "$PEERS/qwen3-0.6b.tgz" -C "$MODELS"
-
-# pstep NAME LIMIT_S COMMAND...: `step`, then its output appended to $LOG (which comes back)
-pstep() {
-  step "$@"
-  if [ -f "$OUT/$1.txt" ]; then
-    { echo "===== $1"; cat "$OUT/$1.txt"; } >> "$LOG"
-  fi
-}
 
 pstep flashinfer 240 env PYTHONPATH="$SITE" python -c 'import time; t = time.time()
 import flashinfer, torch, tvm_ffi

@@ -28,8 +28,8 @@ OUT=$(mktemp -d /tmp/fi-loop-steps.XXXXXX)
 BUDGET_S=${BUDGET_S:-560}
 SCALE=${SCALE:-0.25}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]'
-source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`
-source benchmarks/peers/flashinfer_site.sh  # SITE, MODELS, pstep, the JIT build step
+source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`, `pstep`
+source benchmarks/peers/flashinfer_site.sh  # SITE, MODELS, the JIT build step
 export PYTHONPATH="$ROOT/python:$SITE"
 SET=/tmp/fi-loop-set
 

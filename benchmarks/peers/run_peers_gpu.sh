@@ -38,8 +38,8 @@ LOG=$RESULT/h200_peers_steps.txt
 OUT=$(mktemp -d /tmp/peers-steps.XXXXXX)  # gpu_steps.sh's step files, gathered into $LOG
 BUDGET_S=${BUDGET_S:-540}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]'
-source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`
-source benchmarks/peers/flashinfer_site.sh  # PEERS, SITE, MODELS, pstep, the JIT build step
+source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`, `pstep`
+source benchmarks/peers/flashinfer_site.sh  # PEERS, SITE, MODELS, the JIT build step
 OFFICIAL=$PEERS/mini-sglang
 OFFICIAL_BENCH=$OFFICIAL/benchmark/offline/bench.py
 [ -f "$OFFICIAL_BENCH" ] || echo "WARNING: $OFFICIAL_BENCH is missing: run benchmarks/peers/prepare.sh here and carry .cache/peers"

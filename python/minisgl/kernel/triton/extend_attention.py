@@ -51,7 +51,7 @@ class ExtendConfig:
 # compile the first time a batch picked it, in the middle of serving (a cold bench.py run with
 # two tilings was ~6% slower on the H100, most likely for that reason; not measured apart:
 # benchmarks/results/h100_ab_issue32_round2.txt).
-EXTEND_CONFIG = ExtendConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+EXTEND_CONFIG = ExtendConfig()  # the defaults above: 64 rows, 32 keys, 4 warps, 2 stages
 
 
 def heads_per_program(group: int, block_m: int, pack_gqa: bool = True) -> int:
