@@ -12,11 +12,15 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_args, wait_for_previous_kernel
+
 BLOCK = 1024  # output elements per program
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, inter, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, inter, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    wait_for_previous_kernel(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -39,5 +43,5 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x2.shape[0] > 0 and inter > 0:
         block = min(BLOCK, triton.next_power_of_2(inter))
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
-            x2, out2, x2.stride(0), out2.stride(0), inter, BLOCK=block)
+            x2, out2, x2.stride(0), out2.stride(0), inter, BLOCK=block, **pdl_args(x.device))
     return out

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from .common import MIN_DOT_ROWS, dot_precision, load_paged_kv, output_and_scale
+from .pdl import pdl_args, wait_for_previous_kernel
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,12 @@ def _decode_split_kernel(
     num_splits,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DIRECT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Stage 1. Program (b, kv_head, split): the GROUP query heads of this KV head against keys
     [split_start, split_end) of request b, with an online softmax in fp32. DIRECT (one split):
     the result is final and goes straight to `out`, and stage 2 is not launched."""
+    wait_for_previous_kernel(PDL)  # before any load: q and this step's K/V are just written
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -184,9 +186,10 @@ def _decode_merge_kernel(
     stride_outb, stride_outh,
     num_splits,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLITS_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """Stage 2. Program (b, head): out = sum_s w_s * out_s / sum_s w_s, w_s = exp(lse_s - max)."""
+    wait_for_previous_kernel(PDL)
     b = tl.program_id(0)
     head = tl.program_id(1)
 
@@ -256,7 +259,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
         DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q.device),
     )
     if direct:
         return out
@@ -267,6 +270,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out.stride(0), out.stride(1),
         num_splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
-        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits),
+        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl_args(q.device),
     )
     return out

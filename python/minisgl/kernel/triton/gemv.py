@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_args, wait_for_previous_kernel
+
 
 @triton.jit
 def _residual_sum(x_ptr, r_ptr, cols, col_ok, RESIDUAL: tl.constexpr):
@@ -92,9 +94,17 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
                  scale_ptr=None, SCALED: tl.constexpr = False,  # an int8 weight's row scales
                  # <<< ch26
                  NORM: tl.constexpr = False, RESIDUAL: tl.constexpr = False,
-                 GATED: tl.constexpr = False, ROW_BLOCK: tl.constexpr = 1):
+                 GATED: tl.constexpr = False, ROW_BLOCK: tl.constexpr = 1,
+                 PDL: tl.constexpr = False):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * stride_w
+    # The first weight tile is loaded before anything else: weights never change, so with PDL
+    # (pdl.py) this trip to HBM overlaps the previous kernel; each later tile is loaded one
+    # iteration ahead of its use, the same way.
+    cols = tl.arange(0, BLOCK_K)
+    w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0)
+    wait_for_previous_kernel(PDL)  # x, residual: the previous kernel's outputs
     scale = 1.0
     if NORM:
         scale = _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL, ROW_BLOCK)
@@ -103,10 +113,11 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         col_ok = cols < K
-        w = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_w + cols[None, :],
-                    mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         x = _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale, NORM, RESIDUAL, GATED)
         acc += w.to(tl.float32) * x[None, :]
+        next_cols = cols + BLOCK_K  # past K after the last tile: fully masked, nothing is read
+        w = tl.load(w_rows + next_cols[None, :],
+                    mask=row_ok[:, None] & (next_cols < K)[None, :], other=0.0)
     y = tl.sum(acc, axis=1)
     # >>> ch26
     if SCALED:  # int8 weights (chapter 26): w = q * scale[row], so the row's sum is scaled once
@@ -153,7 +164,8 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     block_n, block_k, warps = config or gemv_config(n, k, prologue)
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
-        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps, **prologue_args)
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        **prologue_args, **pdl_args(x.device))
     return out
 
 

@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_args, wait_for_previous_kernel
+
 
 @triton.jit
 def _qk_norm_rope_kernel(
@@ -29,8 +31,9 @@ def _qk_norm_rope_kernel(
     stride_qkv, stride_out_t, stride_out_h, stride_table,
     eps,
     NUM_Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_PAD: tl.constexpr,
-    HAS_NORM: tl.constexpr,
+    HAS_NORM: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    wait_for_previous_kernel(PDL)
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     half: tl.constexpr = HEAD_DIM // 2
@@ -107,6 +110,6 @@ def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
             eps,
             NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim,
             HALF_PAD=triton.next_power_of_2(head_dim // 2), HAS_NORM=has_norm,
-            num_warps=1,
+            num_warps=1, **pdl_args(qkv.device),
         )
     return out[:, :num_q_heads], out[:, num_q_heads:]

@@ -15,17 +15,21 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import pdl_args, wait_for_previous_kernel
+
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, sum_ptr,
     stride_x, stride_r, stride_o, stride_s,
     hidden, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # a weight: before the wait
+    wait_for_previous_kernel(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=mask, other=0.0)
@@ -34,7 +38,6 @@ def _rms_norm_kernel(
     h = x.to(tl.float32)
     mean_square = tl.sum(h * h, axis=0) / hidden
     normed = (h * tl.rsqrt(mean_square + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_o + cols, (w * normed).to(out_ptr.dtype.element_ty),
              mask=mask)
 
@@ -71,7 +74,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
             x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0),
             hidden, eps,
             HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(hidden),
-            num_warps=4 if hidden >= 1024 else 1,
+            num_warps=4 if hidden >= 1024 else 1, **pdl_args(x.device),
         )
     return out, total
 
