@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.kernel.triton import gemv_rmsnorm, gemv_silu_and_mul, rms_norm
+from minisgl.kernel.triton import gemv_rmsnorm, gemv_silu_and_mul, pdl, rms_norm
 from minisgl.kernel.triton.pdl import ENV, pdl_args, pdl_enabled
 
 
 def test_pdl_is_off_on_the_cpu_and_under_the_interpreter(monkeypatch):
     assert not pdl_enabled(torch.device("cpu"))
-    assert pdl_args(torch.device("cpu")) == {"PDL": False}
+    assert pdl_args(torch.device("cpu"), rows=1) == {"PDL": False}
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the interpreter has no griddepcontrol
     assert not pdl_enabled(torch.device("cuda", 0))
 
@@ -27,6 +27,14 @@ def test_the_environment_switch_turns_pdl_off(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv(ENV, "0")
     assert not pdl_enabled(torch.device("cuda", 0))  # decided before the device is asked
+
+
+@pytest.mark.parametrize("rows", [0, 2, 3, 256])
+def test_only_one_token_launches_use_pdl(monkeypatch, rows):
+    monkeypatch.setattr(pdl, "pdl_enabled", lambda device: True)  # as on a Hopper GPU
+    device = torch.device("cuda", 0)
+    assert pdl.pdl_args(device, rows=1) == {"PDL": True, "launch_pdl": True}
+    assert pdl.pdl_args(device, rows=rows) == {"PDL": False}
 
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9

@@ -259,7 +259,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
         DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q.device),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q.device, batch),
     )
     if direct:
         return out
@@ -270,6 +270,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out.stride(0), out.stride(1),
         num_splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
-        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl_args(q.device),
+        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl_args(q.device, batch),
     )
     return out

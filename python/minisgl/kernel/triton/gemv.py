@@ -86,6 +86,12 @@ def _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale,
 
 
 @triton.jit
+def _weight_tile(w_rows, row_ok, cols, K):
+    """The [BLOCK_N, BLOCK_K] tile of the weight rows at `cols` (zeros past K)."""
+    return tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0)
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
                  HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  # the prologues' arguments; the plain GEMV leaves them out
@@ -99,25 +105,26 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     w_rows = w_ptr + rows[:, None].to(tl.int64) * stride_w
-    # The first weight tile is loaded before anything else: weights never change, so with PDL
-    # (pdl.py) this trip to HBM overlaps the previous kernel; each later tile is loaded one
-    # iteration ahead of its use, the same way.
-    cols = tl.arange(0, BLOCK_K)
-    w = tl.load(w_rows + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0)
-    wait_for_previous_kernel(PDL)  # x, residual: the previous kernel's outputs
+    k_tile = tl.arange(0, BLOCK_K)
+    if PDL:
+        # The first weight tile before the wait: weights never change, so this trip to HBM
+        # overlaps the previous kernel (pdl.py). Each later tile is loaded one iteration ahead.
+        w = _weight_tile(w_rows, row_ok, k_tile, K)
+        wait_for_previous_kernel(PDL)  # x, residual: the previous kernel's outputs
     scale = 1.0
     if NORM:
         scale = _rms_scale(x_ptr, r_ptr, r_out_ptr, K, eps, RESIDUAL, ROW_BLOCK)
     # Partial products stay per column until the end: one reduction instead of one per tile.
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
+        cols = k0 + k_tile
         col_ok = cols < K
+        if not PDL:
+            w = _weight_tile(w_rows, row_ok, cols, K)
         x = _input_tile(x_ptr, r_ptr, norm_w_ptr, cols, col_ok, K, scale, NORM, RESIDUAL, GATED)
         acc += w.to(tl.float32) * x[None, :]
-        next_cols = cols + BLOCK_K  # past K after the last tile: fully masked, nothing is read
-        w = tl.load(w_rows + next_cols[None, :],
-                    mask=row_ok[:, None] & (next_cols < K)[None, :], other=0.0)
+        if PDL:  # the next tile; past K after the last one, fully masked: nothing is read
+            w = _weight_tile(w_rows, row_ok, cols + BLOCK_K, K)
     y = tl.sum(acc, axis=1)
     # >>> ch26
     if SCALED:  # int8 weights (chapter 26): w = q * scale[row], so the row's sum is scaled once
@@ -165,7 +172,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        **prologue_args, **pdl_args(x.device))
+        **prologue_args, **pdl_args(x.device, rows=1))
     return out
 
 

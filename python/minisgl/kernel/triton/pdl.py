@@ -51,10 +51,16 @@ def pdl_enabled(device: torch.device) -> bool:
                             else torch.cuda.current_device())
 
 
-def pdl_args(device: torch.device) -> dict[str, bool]:
+def pdl_args(device: torch.device, rows: int) -> dict[str, bool]:
     """The keywords of a PDL-aware kernel's launch: the kernel's `PDL` switch and Triton's launch
-    option, which must agree (a kernel launched with PDL that never waits would race)."""
-    on = pdl_enabled(device)
+    option, which must agree (a kernel launched with PDL that never waits would race).
+
+    Only launches for one token (one row, one request) use PDL. That is the batch-1 decode step,
+    where Triton kernels follow Triton kernels and each is short. With several rows the Triton
+    kernels sit between cuBLAS matrix products, which never release their successors early, so
+    there is nothing to overlap; with PDL on every launch the official bench.py ran 2% slower on
+    an H100 (benchmarks/results/h100_pdl.txt), so those launches stay plain."""
+    on = rows == 1 and pdl_enabled(device)
     return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
 
 

@@ -110,6 +110,6 @@ def qk_norm_rope(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
             eps,
             NUM_Q_HEADS=num_q_heads, HEAD_DIM=head_dim,
             HALF_PAD=triton.next_power_of_2(head_dim // 2), HAS_NORM=has_norm,
-            num_warps=1, **pdl_args(qkv.device),
+            num_warps=1, **pdl_args(qkv.device, tokens),
         )
     return out[:, :num_q_heads], out[:, num_q_heads:]

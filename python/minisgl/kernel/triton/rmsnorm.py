@@ -28,7 +28,6 @@ def _rms_norm_kernel(
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
-    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # a weight: before the wait
     wait_for_previous_kernel(PDL)
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
@@ -38,6 +37,7 @@ def _rms_norm_kernel(
     h = x.to(tl.float32)
     mean_square = tl.sum(h * h, axis=0) / hidden
     normed = (h * tl.rsqrt(mean_square + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
+    w = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_o + cols, (w * normed).to(out_ptr.dtype.element_ty),
              mask=mask)
 
@@ -74,7 +74,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
             x2.stride(0), r2.stride(0), out2.stride(0), s2.stride(0),
             hidden, eps,
             HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(hidden),
-            num_warps=4 if hidden >= 1024 else 1, **pdl_args(x.device),
+            num_warps=4 if hidden >= 1024 else 1, **pdl_args(x.device, x2.shape[0]),
         )
     return out, total
 
