@@ -5,11 +5,21 @@
 #   OUT        the folder for the step files (created here)
 #   BUDGET_S   seconds for the whole script; a step gets at most what is left of it
 #   NOISE      (optional) an extended regex of log lines to leave out of the step files
+#   GATHER     (optional) a name: the step files then go to a temporary folder, `pstep` appends
+#              each to $RESULT/<name>_steps.txt, and RESULT is the caller's OUT (the device
+#              returns at most 8 files)
 # COMMIT=<hash> in the environment names the commit in the header: the device copy of the tree may
 # carry stale git metadata (it printed an older commit than the one that ran)
 # STEPS="name ..." in the environment runs only the named steps (a second call when the first one
 # ran out of time). A failing or timed-out step does not stop the ones after it.
 set -u
+if [ -n "${GATHER:-}" ]; then
+  RESULT=$OUT
+  mkdir -p "$RESULT"
+  LOG=$RESULT/${GATHER}_steps.txt
+  : > "$LOG"
+  OUT=$(mktemp -d "/tmp/$GATHER-steps.XXXXXX")
+fi
 mkdir -p "$OUT"
 export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -54,7 +64,7 @@ step() {
 }
 
 # pstep NAME LIMIT_S COMMAND...: `step`, then its output appended to $LOG, for scripts that
-# gather their step files into one (the device returns at most 8 files; the caller sets LOG)
+# gather their step files into one (GATHER above)
 pstep() {
   step "$@"
   if [ -f "$OUT/$1.txt" ]; then

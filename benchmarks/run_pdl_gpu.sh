@@ -16,11 +16,8 @@
 # $OUT gets pdl_summary.txt, pdl_steps.txt (every step's output) and triton.tgz (the compiled
 # kernels, for the next call's .cache/triton.tgz).
 set -u
-RESULT=${OUT:-/tmp/pdl}
-mkdir -p "$RESULT"
-LOG=$RESULT/pdl_steps.txt
-: > "$LOG"
-OUT=$(mktemp -d /tmp/pdl-steps.XXXXXX)  # gpu_steps.sh's step files, gathered into $LOG
+OUT=${OUT:-/tmp/pdl}
+GATHER=pdl  # the step files, gathered into $OUT/pdl_steps.txt; RESULT is $OUT
 BUDGET_S=${BUDGET_S:-560}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]|req/s\]|batch/s\]'
 source "$(dirname "$0")/gpu_steps.sh"

@@ -28,11 +28,8 @@
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-RESULT=${OUT:-/tmp/speed}
-mkdir -p "$RESULT"
-LOG=$RESULT/h200_speed_steps.txt
-: > "$LOG"
-OUT=$(mktemp -d /tmp/speed-steps.XXXXXX)  # gpu_steps.sh's step files, gathered into $LOG
+OUT=${OUT:-/tmp/speed}
+GATHER=h200_speed  # the step files, gathered into $OUT/h200_speed_steps.txt; RESULT is $OUT
 BUDGET_S=${BUDGET_S:-560}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]|req/s\]'
 # PEERS is read here: flashinfer_site.sh reuses the name for the folder .cache/peers

@@ -20,11 +20,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-RESULT=${OUT:-/tmp/fi-loop}
-mkdir -p "$RESULT"
-LOG=$RESULT/flashinfer_loop_steps.txt
-: > "$LOG"
-OUT=$(mktemp -d /tmp/fi-loop-steps.XXXXXX)
+OUT=${OUT:-/tmp/fi-loop}
+GATHER=flashinfer_loop  # the step files, gathered into $OUT/flashinfer_loop_steps.txt
 BUDGET_S=${BUDGET_S:-560}
 SCALE=${SCALE:-0.25}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]'

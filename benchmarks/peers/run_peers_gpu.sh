@@ -31,11 +31,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-RESULT=${OUT:-/tmp/peers}
-mkdir -p "$RESULT"
-LOG=$RESULT/h200_peers_steps.txt
-: > "$LOG"
-OUT=$(mktemp -d /tmp/peers-steps.XXXXXX)  # gpu_steps.sh's step files, gathered into $LOG
+OUT=${OUT:-/tmp/peers}
+GATHER=h200_peers  # the step files, gathered into $OUT/h200_peers_steps.txt; RESULT is $OUT
 BUDGET_S=${BUDGET_S:-540}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]'
 source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, the header, `step`, `pstep`
