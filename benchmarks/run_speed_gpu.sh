@@ -18,7 +18,7 @@
 # MOE=0 leaves out Qwen3-30B-A3B (61 GB of weights: H200 only), HF_STATIC=0 HF's compiled decode.
 #
 # Steps, most important first, so that a call out of time loses the least: bs1 (batch-1 decode
-# through the scheduler, CUDA graphs), bs64 (64 x 32-token prompt, 512 greedy steps through
+# through LLM.generate, CUDA graphs), bs64 (64 x 32-token prompt, 512 greedy steps through
 # LLM.generate), bench_1 (the official bench.py, unchanged; compiles), flashinfer + extend (the
 # kernels on bench.py's first prefill batch), bench_2 and bench_3, bs64_official, parity (greedy
 # tokens equal the torch backend's with decode steps replayed in CUDA graphs), hf_static, moe.
@@ -49,7 +49,9 @@ BENCH=.cache/peers/mini-sglang/benchmark/offline/bench.py  # mini-sglang 20fcd7f
 [ -f "$BENCH" ] || BENCH=.cache/official_bench.py  # where benchmarks/ab_gpu.sh keeps a copy
 bench() { pstep "bench_$1" "$2" env MINISGL_DUMMY_WEIGHT=1 python "$ROOT/$BENCH"; }
 
-pstep bs1 150 python benchmarks/decode_latency.py --graphs-only --batch-sizes 1 64
+# batch 1 through LLM.generate (the scheduler, CUDA graphs up to 8): decode_latency.py's
+# --graphs-only run compiles 11 graph sizes and did not finish in 120 s on a fresh H100
+pstep bs1 120 python benchmarks/peers/bs1_decode.py --engine minisgl --batch 1
 pstep bs64 120 python benchmarks/peers/bs1_decode.py --engine minisgl --batch 64
 bench 1 180  # the first run also compiles the Triton kernels of its 35 graph sizes
 if [ "$USE_PEERS" = 1 ]; then
@@ -100,7 +102,7 @@ def ratio(a: str, b: str) -> str:
 commit = os.environ.get("COMMIT") or "(not given: pass COMMIT=...)"
 print(f"issue 32 speed: minisgl commit {commit}")
 print(os.environ.get("MACHINE", ""))
-bs1 = find("bs1", r"minisgl \(CUDA graphs\) batch\s+1:\s+([\d.]+) ms/step")
+bs1 = find("bs1", r"^bs1-decode engine=minisgl batch=1 ms_per_step=([\d.]+)")
 hf = find("hf_static", r"transformers static cache \+ compile batch\s+1:\s+([\d.]+) ms/step")
 print(f"bs1-decode ms={bs1} hf-static={hf} target<=0.70")
 runs = []  # bench.py: "Total: 133966tok, Time: 8.60s, Throughput: 15573.12tok/s"
