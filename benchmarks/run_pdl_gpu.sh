@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Programmatic dependent launch (kernel/triton/pdl.py) on one Hopper GPU, in one call of ~9 min:
-# what it buys, measured as off/on pairs in the same call (MINISGL_PDL=0 turns it off).
+# what it buys, measured as off/on pairs in the same call (MINISGL_DISABLE_PDL=1 turns it off).
 #
 # Here first: bash benchmarks/device_wheels.sh --no-plot, and .cache/official_bench.py (see
 # benchmarks/ab_gpu.sh). On the device, carrying .cache/wheels, .cache/official_bench.py and
@@ -27,12 +27,12 @@ QWEN=.cache/models/Qwen/Qwen3-0.6B
 
 pstep tests 150 python -m pytest -q -rs -p no:cacheprovider tests/test_ch20_pdl.py \
   tests/test_ch15_cuda_graph.py tests/test_ch20_triton_backend.py
-for pdl in 0 1; do
-  pstep "bs1_pdl$pdl" 100 env MINISGL_PDL=$pdl python benchmarks/peers/bs1_decode.py \
+for pdl in 0 1; do  # bs1_pdl0: MINISGL_DISABLE_PDL=1
+  pstep "bs1_pdl$pdl" 100 env MINISGL_DISABLE_PDL=$((1 - pdl)) python benchmarks/peers/bs1_decode.py \
     --engine minisgl --batch 1
 done
 for pdl in 0 1; do
-  pstep "bench_pdl$pdl" 110 env MINISGL_PDL=$pdl MINISGL_DUMMY_WEIGHT=1 python .cache/official_bench.py
+  pstep "bench_pdl$pdl" 110 env MINISGL_DISABLE_PDL=$((1 - pdl)) MINISGL_DUMMY_WEIGHT=1 python .cache/official_bench.py
 done
 pstep chain 150 python benchmarks/gemv_chain.py --pdl --replays 2
 

@@ -13,7 +13,24 @@ import pytest
 import torch
 
 from minisgl.kernel.triton import gemv_rmsnorm, gemv_silu_and_mul, pdl, rms_norm
-from minisgl.kernel.triton.pdl import ENV, pdl_args, pdl_enabled
+from minisgl.kernel.triton.pdl import pdl_args, pdl_enabled
+
+SWITCH = "MINISGL_DISABLE_PDL"
+
+
+@pytest.fixture
+def pdl_switch(monkeypatch):
+    """set_switch(off): MINISGL_DISABLE_PDL=1 or unset, and the cached reading of it cleared."""
+    def set_switch(off: bool) -> None:
+        if off:
+            monkeypatch.setenv(SWITCH, "1")
+        else:
+            monkeypatch.delenv(SWITCH, raising=False)
+        pdl.switched_off.cache_clear()
+
+    yield set_switch
+    monkeypatch.delenv(SWITCH, raising=False)
+    pdl.switched_off.cache_clear()
 
 
 def test_pdl_is_off_on_the_cpu_and_under_the_interpreter(monkeypatch):
@@ -23,9 +40,9 @@ def test_pdl_is_off_on_the_cpu_and_under_the_interpreter(monkeypatch):
     assert not pdl_enabled(torch.device("cuda", 0))
 
 
-def test_the_environment_switch_turns_pdl_off(monkeypatch):
+def test_the_environment_switch_turns_pdl_off(monkeypatch, pdl_switch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setenv(ENV, "0")
+    pdl_switch(off=True)
     assert not pdl_enabled(torch.device("cuda", 0))  # decided before the device is asked
 
 
@@ -49,12 +66,9 @@ def _decoder(x, residual, weights, norm_w, final_w):
     return rms_norm(x + residual, final_w, 1e-6)
 
 
-def _captured(monkeypatch, pdl: bool, static, weights, norm_w, final_w):
-    if pdl:
-        monkeypatch.delenv(ENV, raising=False)
-    else:
-        monkeypatch.setenv(ENV, "0")
-    assert pdl_enabled(static[0].device) == pdl
+def _captured(pdl_switch, on: bool, static, weights, norm_w, final_w):
+    pdl_switch(off=not on)
+    assert pdl_enabled(static[0].device) == on
     _decoder(*static, weights, norm_w, final_w)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -65,7 +79,7 @@ def _captured(monkeypatch, pdl: bool, static, weights, norm_w, final_w):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="PDL needs a CUDA device of compute capability 9.0+")
-def test_a_pdl_chain_replayed_in_a_cuda_graph_equals_plain_launches(monkeypatch):
+def test_a_pdl_chain_replayed_in_a_cuda_graph_equals_plain_launches(pdl_switch):
     g = torch.Generator(device="cuda").manual_seed(20)
     k, layers, dtype = 1024, 12, torch.bfloat16
 
@@ -76,8 +90,8 @@ def test_a_pdl_chain_replayed_in_a_cuda_graph_equals_plain_launches(monkeypatch)
                for _ in range(layers)]
     norm_w, final_w = 1 + rand(k, scale=0.1), 1 + rand(k, scale=0.1)
     static = (rand(1, k), rand(1, k))
-    plain_graph, plain_out = _captured(monkeypatch, False, static, weights, norm_w, final_w)
-    pdl_graph, pdl_out = _captured(monkeypatch, True, static, weights, norm_w, final_w)
+    plain_graph, plain_out = _captured(pdl_switch, False, static, weights, norm_w, final_w)
+    pdl_graph, pdl_out = _captured(pdl_switch, True, static, weights, norm_w, final_w)
     for step in range(30):
         static[0].copy_(rand(1, k))
         static[1].copy_(rand(1, k))
@@ -86,6 +100,6 @@ def test_a_pdl_chain_replayed_in_a_cuda_graph_equals_plain_launches(monkeypatch)
         pdl_graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(pdl_out, plain_out), f"replay {step}: PDL and plain launches differ"
-    monkeypatch.setenv(ENV, "0")
+    pdl_switch(off=True)
     eager = _decoder(*static, weights, norm_w, final_w)
     assert torch.equal(eager, pdl_out)

@@ -64,6 +64,9 @@ class EnvSettings:
     # MINISGL_CPU_DTYPE: what --dtype auto means on a CPU: auto (bfloat16 where the CPU computes
     # in bf16 natively, else float32), float32 or bfloat16 (the tests ask for float32)
     cpu_dtype: str
+    # MINISGL_DISABLE_PDL: launch the one-token Triton kernels without programmatic dependent
+    # launch (kernel/triton/pdl.py), to measure what it buys or to rule it out of a bug
+    disable_pdl: bool
     # <<< ch20
 
 
@@ -89,5 +92,6 @@ def load_env() -> EnvSettings:
         disable_fused_kernels=_flag("MINISGL_DISABLE_FUSED_KERNELS", False),
         disable_onednn=_flag("MINISGL_DISABLE_ONEDNN", False),
         cpu_dtype=_choice("MINISGL_CPU_DTYPE", ("auto", "float32", "bfloat16")),
+        disable_pdl=_flag("MINISGL_DISABLE_PDL", False),
         # <<< ch20
     )

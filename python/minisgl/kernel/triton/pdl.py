@@ -20,8 +20,8 @@ never finishes before the one it follows: the chain stays ordered even across ke
 use PDL (cuBLAS, torch's own), which start, as always, only when the previous kernel is done.
 
 CUDA graphs record the attribute, so replays keep the overlap. Without sm_90, under Triton's CPU
-interpreter, or with MINISGL_PDL=0 in the environment, the kernels are launched the plain way and
-the `PDL` branches are compiled out.
+interpreter, or with MINISGL_DISABLE_PDL=1 in the environment (read once), the kernels are
+launched the plain way and the `PDL` branches are compiled out.
 """
 
 from __future__ import annotations
@@ -33,7 +33,13 @@ import torch
 import triton
 import triton.language as tl
 
-ENV = "MINISGL_PDL"  # "0" turns PDL off (to measure what it buys, or to rule it out of a bug)
+from minisgl.env import load_env
+
+
+@functools.cache
+def switched_off() -> bool:
+    """MINISGL_DISABLE_PDL, read once: pdl_args runs on every launch."""
+    return load_env().disable_pdl
 
 
 @functools.cache
@@ -45,7 +51,7 @@ def pdl_enabled(device: torch.device) -> bool:
     """Whether kernels on `device` should be launched with PDL."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
-    if os.environ.get(ENV, "1") == "0":
+    if switched_off():
         return False
     return _device_supports(device.index if device.index is not None
                             else torch.cuda.current_device())
