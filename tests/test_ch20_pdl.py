@@ -46,6 +46,22 @@ def test_the_environment_switch_turns_pdl_off(monkeypatch, pdl_switch):
     assert not pdl_enabled(torch.device("cuda", 0))  # decided before the device is asked
 
 
+@pytest.mark.parametrize("hip, capability, expected",
+                         [(None, (9, 0), True), (None, (8, 0), False), ("6.2", (9, 4), False)])
+def test_only_nvidia_sm90_and_later(monkeypatch, pdl_switch, hip, capability, expected):
+    """A ROCm build of torch calls its GPUs "cuda" too, with the gfx version (9.4 on an MI300)
+    as the capability: no griddepcontrol there."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pdl_switch(off=False)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    pdl._device_supports.cache_clear()
+    try:
+        assert pdl_enabled(torch.device("cuda", 0)) is expected
+    finally:
+        pdl._device_supports.cache_clear()
+
+
 @pytest.mark.parametrize("rows", [0, 2, 3, 256])
 def test_only_one_token_launches_use_pdl(monkeypatch, rows):
     monkeypatch.setattr(pdl, "pdl_enabled", lambda device: True)  # as on a Hopper GPU

@@ -44,7 +44,9 @@ def switched_off() -> bool:
 
 @functools.cache
 def _device_supports(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] >= 9
+    # ROCm builds of torch also call their GPUs "cuda", with the gfx version as the capability
+    # (9.4 on an MI300): griddepcontrol is NVIDIA's, from sm_90 on
+    return torch.version.hip is None and torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def pdl_enabled(device: torch.device) -> bool:
