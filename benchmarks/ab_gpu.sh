@@ -6,7 +6,7 @@
 #
 # Here, before the call (A = the commit before, B = the one after):
 #   bash benchmarks/device_wheels.sh --no-plot
-#   mkdir -p .cache/models && cp -r ~/.cache/minisgl/models/Qwen .cache/models/
+#   bash benchmarks/peers/prepare.sh   # .cache/peers/qwen3-0.6b.tgz, which device_prep.sh unpacks
 #   git --git-dir=<mini-sglang mirror> show 20fcd7f:benchmark/offline/bench.py > .cache/official_bench.py
 #   for x in a:A b:B; do rm -rf .ab/${x%%:*}; mkdir -p .ab/${x%%:*}
 #     git archive "${x#*:}" python benchmarks | tar -x -C .ab/${x%%:*}; done

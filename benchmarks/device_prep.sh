@@ -6,6 +6,8 @@
 #                              .cache/cuda_ext); used only while its source digest still matches
 #   .cache/triton.tgz          Triton's compiled kernels (tar of .cache/triton, TRITON_CACHE_DIR in
 #                              benchmarks/gpu_steps.sh)
+#   .cache/peers/qwen3-0.6b.tgz  Qwen3-0.6B's config and tokenizer (benchmarks/peers/prepare.sh),
+#                              unpacked into .cache/models for the scripts that run it
 # Bring them back at the end of a call with:
 #   tar cf $OUT/cuda_ext_build.tar -C .cache cuda_ext; tar czf $OUT/triton.tgz -C .cache triton
 set -u
@@ -19,6 +21,8 @@ fi
 [ -f .cache/cuda_ext_build.tar ] && tar xf .cache/cuda_ext_build.tar -C .cache \
   && touch -d 2000-01-01 python/minisgl/kernel/csrc/*
 [ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache
+[ -f .cache/peers/qwen3-0.6b.tgz ] && [ ! -d .cache/models/Qwen/Qwen3-0.6B ] \
+  && mkdir -p .cache/models && tar xzf .cache/peers/qwen3-0.6b.tgz -C .cache/models
 python - <<'PY'
 import importlib
 missing = [m for m in ("zmq", "msgpack", "fastapi", "flashinfer_bench", "matplotlib", "httpx2")

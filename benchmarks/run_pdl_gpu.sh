@@ -22,8 +22,6 @@ BUDGET_S=${BUDGET_S:-560}
 NOISE='Loading weights|Writing model shards|generation_config|^\s*$|it/s\]|s/it\]|req/s\]|batch/s\]'
 source "$(dirname "$0")/gpu_steps.sh"
 export PYTHONUNBUFFERED=1
-QWEN=.cache/models/Qwen/Qwen3-0.6B
-[ -d "$QWEN" ] || { mkdir -p .cache/models && tar xzf .cache/peers/qwen3-0.6b.tgz -C .cache/models; }
 
 pstep tests 150 python -m pytest -q -rs -p no:cacheprovider tests/test_ch20_pdl.py \
   tests/test_ch15_cuda_graph.py tests/test_ch20_triton_backend.py

@@ -41,10 +41,10 @@ if [ "$USE_PEERS" = 1 ] && [ ! -f "$ZIP" ]; then
 fi
 source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, $MACHINE, `step`, `pstep`
 export PYTHONUNBUFFERED=1  # a step killed at its limit still leaves what it printed
-# Qwen3-0.6B's config and tokenizer (every Qwen3 step; Qwen3-30B-A3B's folder is built from it)
+# Qwen3-0.6B's config and tokenizer (every Qwen3 step; Qwen3-30B-A3B's folder is built from it),
+# unpacked by device_prep.sh from .cache/peers/qwen3-0.6b.tgz
 QWEN=.cache/models/Qwen/Qwen3-0.6B
-[ -d "$QWEN" ] || { mkdir -p .cache/models && tar xzf .cache/peers/qwen3-0.6b.tgz -C .cache/models
-} || echo "WARNING: $QWEN is missing: carry .cache/peers or $QWEN"
+[ -d "$QWEN" ] || echo "WARNING: $QWEN is missing: carry .cache/peers or $QWEN"
 BENCH=.cache/peers/mini-sglang/benchmark/offline/bench.py  # mini-sglang 20fcd7f's, unchanged
 [ -f "$BENCH" ] || BENCH=.cache/official_bench.py  # where benchmarks/ab_gpu.sh keeps a copy
 bench() { pstep "bench_$1" "$2" env MINISGL_DUMMY_WEIGHT=1 python "$ROOT/$BENCH"; }

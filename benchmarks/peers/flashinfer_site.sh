@@ -17,7 +17,6 @@ python -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv
   "$PEERS"/flashinfer-*-slim.zip "$SITE"
 python -m pip install -q --no-index --no-deps --target "$SITE" "$PEERS"/apache_tvm_ffi-*.whl 2>&1 \
   | grep -v -i warning
-[ -d "$MODELS/Qwen/Qwen3-0.6B" ] || tar xzf "$PEERS/qwen3-0.6b.tgz" -C "$MODELS"
 
 pstep flashinfer 240 env PYTHONPATH="$SITE" python -c 'import time; t = time.time()
 import flashinfer, torch, tvm_ffi
