@@ -43,5 +43,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     if x2.shape[0] > 0 and inter > 0:
         block = min(BLOCK, triton.next_power_of_2(inter))
         _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(inter, block))](
-            x2, out2, x2.stride(0), out2.stride(0), inter, BLOCK=block, **pdl_args(x.device, x2.shape[0]))
+            x2, out2, x2.stride(0), out2.stride(0), inter, BLOCK=block,
+            **pdl_args(x.device, x2.shape[0]))
     return out

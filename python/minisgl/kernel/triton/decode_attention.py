@@ -242,8 +242,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     # num_splits is a runtime argument, not a constexpr, and the merge always covers the
     # workspace's capacity: the split count changes with the batch size, and every new constexpr
     # value would compile another kernel in the middle of serving.
-
     direct = num_splits == 1  # two compiled variants at most, whatever the split count
+    pdl = pdl_args(q.device, batch)  # both stages: one request means a batch-1 decode step
 
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse, out,
@@ -259,7 +259,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
         DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_args(q.device, batch),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     if direct:
         return out
@@ -270,6 +270,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         out.stride(0), out.stride(1),
         num_splits,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
-        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl_args(q.device, batch),
+        SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl,
     )
     return out
