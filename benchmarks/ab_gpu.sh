@@ -15,10 +15,13 @@
 # $OUT/ab_summary.txt gets one line per measurement and run, then the medians and B/A.
 # DECODE=generate measures decode with benchmarks/peers/bs1_decode.py instead (LLM.generate,
 # batch 1, graphs up to 8: fewer sizes to compile than decode_latency.py's, for a short call).
+# KINDS="decode" (or "bench") measures only that kind: a change that touches only the batch-1 path
+# need not pay bench.py's compile and runs.
 set -u
 OUT=${OUT:-/tmp/ab}
 BUDGET_S=${BUDGET_S:-540}
 ROUNDS=${ROUNDS:-3}
+KINDS=${KINDS:-decode bench}
 COMMIT="A=${A_NAME:-?} B=${B_NAME:-?}"
 source "$(dirname "$0")/gpu_steps.sh"
 ROOT=$PWD
@@ -46,14 +49,16 @@ run() {
 # (WARM=0 leaves it out: a second call on a machine still warm from the first finds the cache there)
 if [ "${WARM:-1}" != 0 ]; then
   for side in a b; do
-    run decode "$side" "warm_decode_${side}" "${WARM_LIMIT_S:-240}"
-    run bench "$side" "warm_bench_${side}" "${WARM_LIMIT_S:-240}"
+    for kind in $KINDS; do
+      run "$kind" "$side" "warm_${kind}_${side}" "${WARM_LIMIT_S:-240}"
+    done
   done
 fi
 for round in $(seq 1 "$ROUNDS"); do
   for side in a b; do
-    run decode "$side" "decode_${side}_${round}" "${RUN_LIMIT_S:-120}"
-    run bench "$side" "bench_${side}_${round}" "${RUN_LIMIT_S:-120}"
+    for kind in $KINDS; do
+      run "$kind" "$side" "${kind}_${side}_${round}" "${RUN_LIMIT_S:-120}"
+    done
   done
 done
 # Triton's kernels back to this machine, for a later call to carry (see device_prep.sh)

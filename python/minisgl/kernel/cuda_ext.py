@@ -27,6 +27,9 @@ def _build_dir() -> Path:
     for name in SOURCES:
         digest.update((CSRC / name).read_bytes())
     digest.update(torch.__version__.encode())
+    # and where the sources are: ninja's build file names them by path, so two checkouts sharing
+    # one cache folder (an A/B run of two commits) would otherwise rebuild on every switch
+    digest.update(str(CSRC.resolve()).encode())
     path = load_env().cache_dir / "cuda_ext" / digest.hexdigest()[:16]
     path.mkdir(parents=True, exist_ok=True)
     return path
