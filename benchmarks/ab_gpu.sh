@@ -15,6 +15,8 @@
 # $OUT/ab_summary.txt gets one line per measurement and run, then the medians and B/A.
 # DECODE=generate measures decode with benchmarks/peers/bs1_decode.py instead (LLM.generate,
 # batch 1, graphs up to 8: fewer sizes to compile than decode_latency.py's, for a short call).
+# SIDES="a b c" measures a third (fourth, ...) commit from .ab/c (...) too, each against A; the
+# names for the header go in C_NAME, D_NAME, ... like A_NAME and B_NAME.
 # KINDS="decode" (or "bench") measures only that kind: a change that touches only the batch-1 path
 # need not pay bench.py's compile and runs.
 set -u
@@ -22,7 +24,13 @@ OUT=${OUT:-/tmp/ab}
 BUDGET_S=${BUDGET_S:-540}
 ROUNDS=${ROUNDS:-3}
 KINDS=${KINDS:-decode bench}
-COMMIT="A=${A_NAME:-?} B=${B_NAME:-?}"
+SIDES=${SIDES:-a b}
+COMMIT=""
+for side in $SIDES; do
+  upper=${side^^}
+  name_var=${upper}_NAME
+  COMMIT+="$upper=${!name_var:-?} "
+done
 source "$(dirname "$0")/gpu_steps.sh"
 ROOT=$PWD
 BENCH=$ROOT/.cache/official_bench.py
@@ -48,14 +56,14 @@ run() {
 # fills the cache, so that the counted runs below measure the engine, not the compiler
 # (WARM=0 leaves it out: a second call on a machine still warm from the first finds the cache there)
 if [ "${WARM:-1}" != 0 ]; then
-  for side in a b; do
+  for side in $SIDES; do
     for kind in $KINDS; do
       run "$kind" "$side" "warm_${kind}_${side}" "${WARM_LIMIT_S:-240}"
     done
   done
 fi
 for round in $(seq 1 "$ROUNDS"); do
-  for side in a b; do
+  for side in $SIDES; do
     for kind in $KINDS; do
       run "$kind" "$side" "${kind}_${side}_${round}" "${RUN_LIMIT_S:-120}"
     done
@@ -64,12 +72,12 @@ done
 # Triton's kernels back to this machine, for a later call to carry (see device_prep.sh)
 [ -d .cache/triton ] && tar czf "$OUT/triton.tgz" -C .cache triton
 
-python - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/ab_summary.txt"
+python - "$OUT" "$ROUNDS" $SIDES <<'PY' | tee "$OUT/ab_summary.txt"
 import re, statistics, sys
 from pathlib import Path
-out, rounds = Path(sys.argv[1]), int(sys.argv[2])
+out, rounds, sides = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 figures = {}
-for side in "ab":
+for side in sides:
     for r in range(1, rounds + 1):
         decode = (out / f"decode_{side}_{r}.txt").read_text(errors="replace") \
             if (out / f"decode_{side}_{r}.txt").exists() else ""
@@ -88,7 +96,9 @@ for side in "ab":
 for (name, side), values in sorted(figures.items()):
     print(f"{name} {side.upper()} runs={values} median={statistics.median(values):.3f}")
 for name in sorted({n for n, _ in figures}):
-    a, b = figures.get((name, "a")), figures.get((name, "b"))
-    if a and b:
-        print(f"{name} B/A = {statistics.median(b) / statistics.median(a):.4f}")
+    for side in sides[1:]:
+        a, b = figures.get((name, sides[0])), figures.get((name, side))
+        if a and b:
+            print(f"{name} {side.upper()}/{sides[0].upper()} = "
+                  f"{statistics.median(b) / statistics.median(a):.4f}")
 PY
