@@ -24,11 +24,12 @@ bash benchmarks/device_prep.sh
 export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRITON_CACHE_DIR=$PWD/.cache/triton
 export PYTHONUNBUFFERED=1
-TESTS=${TESTS-tests/test_ch20_pdl.py tests/test_ch15_cuda_graph.py tests/test_ch20_triton_backend.py}
+TESTS=${TESTS-tests/test_ch20_pdl.py tests/test_ch20_triton_attention.py tests/test_ch15_cuda_graph.py \
+  tests/test_ch20_triton_backend.py}
 if [ -n "$TESTS" ]; then
   echo "== tests $(date +%T)"
   # shellcheck disable=SC2086  # TESTS is a list of paths
-  timeout "${TESTS_LIMIT_S:-150}" python -m pytest -q -rs -p no:cacheprovider $TESTS \
+  timeout "${TESTS_LIMIT_S:-200}" python -m pytest -q -rs -p no:cacheprovider $TESTS \
     > "$R/tests.txt" 2>&1
   echo "exit status $?" >> "$R/tests.txt"
   tail -2 "$R/tests.txt"
