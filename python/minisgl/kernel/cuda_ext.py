@@ -18,7 +18,8 @@ from minisgl.env import load_env
 from minisgl.utils.logger import init_logger
 
 logger = init_logger(__name__)
-CSRC = Path(__file__).parent / "csrc"
+# resolved: a link to another checkout's sources (benchmarks/ab_gpu.sh) then shares its build
+CSRC = (Path(__file__).parent / "csrc").resolve()
 SOURCES = ("ext.cu", "kv_kernels.cuh")
 
 
@@ -29,7 +30,7 @@ def _build_dir() -> Path:
     digest.update(torch.__version__.encode())
     # and where the sources are: ninja's build file names them by path, so two checkouts sharing
     # one cache folder (an A/B run of two commits) would otherwise rebuild on every switch
-    digest.update(str(CSRC.resolve()).encode())
+    digest.update(str(CSRC).encode())
     path = load_env().cache_dir / "cuda_ext" / digest.hexdigest()[:16]
     path.mkdir(parents=True, exist_ok=True)
     return path
