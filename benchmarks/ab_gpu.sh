@@ -39,8 +39,11 @@ BENCH=$ROOT/.cache/official_bench.py
 # to the tree's folder instead, so that all such sides share one build.
 CSRC=python/minisgl/kernel/csrc
 for side in $SIDES; do
-  if [ -d ".ab/$side/$CSRC" ] && [ ! -L ".ab/$side/$CSRC" ] && diff -rq ".ab/$side/$CSRC" "$CSRC" >/dev/null; then
-    rm -rf ".ab/$side/$CSRC" && ln -s "$ROOT/$CSRC" ".ab/$side/$CSRC"
+  dir=.ab/$side/$CSRC
+  # (a side that is the tree itself, through links as run_bs1_gpu.sh makes .ab/b, is left alone)
+  if [ -d "$dir" ] && [ "$(realpath "$dir")" != "$(realpath "$CSRC")" ] \
+      && diff -rq "$dir" "$CSRC" >/dev/null; then
+    rm -rf "$dir" && ln -s "$ROOT/$CSRC" "$dir"
   fi
 done
 
