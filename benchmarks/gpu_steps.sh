@@ -31,8 +31,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 DEADLINE=$((SECONDS + BUDGET_S))
 NOISE=${NOISE:-'Loading weights|Writing model shards|generation_config|^\s*$'}
 
-# what the call carried (.cache/wheels, the built extension, Triton's cache): see device_prep.sh
-bash "$(dirname "${BASH_SOURCE[0]}")/device_prep.sh"
+# what the call carried (.cache/wheels, the built extension, Triton's cache): see device_prep.sh;
+# once per call (a run_*_gpu.sh that calls another, as run_bs1_gpu.sh calls ab_gpu.sh, prepares once)
+if [ -z "${MINISGL_DEVICE_PREPARED:-}" ]; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/device_prep.sh"
+  export MINISGL_DEVICE_PREPARED=1
+fi
 
 MACHINE="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | sort | uniq -c)"
 MACHINE+=$'\n'"$(python -c 'import sys, torch, triton, transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "gpus", torch.cuda.device_count())' 2>&1)"

@@ -14,36 +14,27 @@
 # test files; "" for none); BENCH_RUNS (2). .ab/b is made here as links to the tree, so that B and
 # the tests share one build of chapter 19's extension (its build folder is named by the sources'
 # path) and one Triton cache.
-# $OUT gets tests.txt, ab_log.txt, ab_summary.txt, profile.txt, bench.txt.
+# $OUT gets one file per step (tests, ab, profile, bench_1, ...; see gpu_steps.sh) and
+# ab_summary.txt.
 set -u
 cd "$(dirname "$0")/.."
-R=${OUT:?set OUT}
+OUT=${OUT:?set OUT}
+BUDGET_S=${BUDGET_S:-560}
 rm -rf .ab/b && mkdir -p .ab/b && ln -s "$PWD/python" .ab/b/python \
   && ln -s "$PWD/benchmarks" .ab/b/benchmarks
-bash benchmarks/device_prep.sh
-export MINISGL_CACHE_DIR=$PWD/.cache PYTHONPATH=$PWD/python MINISGL_OFFLINE=1 HF_HUB_OFFLINE=1
-export TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRITON_CACHE_DIR=$PWD/.cache/triton
+source benchmarks/gpu_steps.sh  # the environment, device_prep.sh, $MACHINE, `step`
 export PYTHONUNBUFFERED=1
 TESTS=${TESTS-tests/test_ch20_pdl.py tests/test_ch20_triton_attention.py tests/test_ch15_cuda_graph.py \
   tests/test_ch20_triton_backend.py}
-if [ -n "$TESTS" ]; then
-  echo "== tests $(date +%T)"
-  # shellcheck disable=SC2086  # TESTS is a list of paths
-  timeout "${TESTS_LIMIT_S:-200}" python -m pytest -q -rs -p no:cacheprovider $TESTS \
-    > "$R/tests.txt" 2>&1
-  echo "exit status $?" >> "$R/tests.txt"
-  tail -2 "$R/tests.txt"
-fi
-echo "== ab $(date +%T)"
-KINDS=decode DECODE=generate WARM=1 ROUNDS=${ROUNDS:-2} BUDGET_S=${AB_BUDGET_S:-200} OUT=/tmp/ab \
-  bash benchmarks/ab_gpu.sh > "$R/ab_log.txt" 2>&1
-cp /tmp/ab/ab_summary.txt "$R/" && cat "$R/ab_summary.txt"
-echo "== profile $(date +%T)"
-timeout "${PROFILE_LIMIT_S:-60}" python benchmarks/profile_decode_step.py --steps 30 --whole-step \
-  > "$R/profile.txt" 2>&1
-grep -E "^per replay|^whole step" "$R/profile.txt"
+# shellcheck disable=SC2086  # TESTS is a list of paths
+[ -n "$TESTS" ] && step tests "${TESTS_LIMIT_S:-200}" \
+  python -m pytest -q -rs -p no:cacheprovider $TESTS
+AB_BUDGET_S=${AB_BUDGET_S:-200}
+step ab $((AB_BUDGET_S + 30)) env KINDS=decode DECODE=generate WARM=1 ROUNDS="${ROUNDS:-2}" \
+  BUDGET_S="$AB_BUDGET_S" OUT=/tmp/ab bash benchmarks/ab_gpu.sh
+[ -f /tmp/ab/ab_summary.txt ] && cp /tmp/ab/ab_summary.txt "$OUT/"
+step profile "${PROFILE_LIMIT_S:-60}" \
+  python benchmarks/profile_decode_step.py --steps 30 --whole-step
 for i in $(seq 1 "${BENCH_RUNS:-2}"); do
-  echo "== bench $i $(date +%T)"
-  timeout 110 env MINISGL_DUMMY_WEIGHT=1 python .cache/official_bench.py 2>&1 \
-    | grep -E "Throughput|Error" | tee -a "$R/bench.txt"
+  step "bench_$i" 110 env MINISGL_DUMMY_WEIGHT=1 python .cache/official_bench.py
 done
