@@ -135,12 +135,19 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w,
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def gemv_config(n: int, k: int, prologue: str = "none") -> tuple[int, int, int]:
+def gemv_config(n: int, k: int, prologue: str = "none", pdl: bool = False
+                ) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps), from the H200 sweep in benchmarks/gemv_shapes.py (weights
     read from HBM, as in a decode step): long rows (K >= 2048) in few-row tiles with long strides
     along K; short rows in narrow tiles too, many programs to keep enough loads in flight.
     `prologue` ("none", "norm", "gated") names the kernel's input computation: each program
-    repeats it (the norm's mean square over the whole row, too), so fewer, wider programs win."""
+    repeats it (the norm's mean square over the whole row, too), so fewer, wider programs win.
+    With PDL (pdl.py) two shapes do better with other tiles: the H100 sweep of
+    `benchmarks/gemv_chain.py --pdl` (h100_pdl.txt, 28 layers in a CUDA graph)."""
+    if pdl and k >= 3072 and prologue == "gated":
+        return 8, 2048, 8  # 3.59 us against 3.92 with (8, 4096, 8)
+    if pdl and k < 2048 and prologue == "norm" and n <= 4096:
+        return 4, 512, 4  # qkv_proj: 4.39 us against 4.86 with (8, 512, 4); gate_up keeps it
     if k >= 3072:
         return (8, 4096, 8) if prologue == "gated" else (2, 4096, 4)
     if k >= 2048:
@@ -168,11 +175,12 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             **prologue_args) -> torch.Tensor:
     n, k = weight.shape
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    block_n, block_k, warps = config or gemv_config(n, k, prologue)
+    pdl = pdl_args(x.device, rows=1)
+    block_n, block_k, warps = config or gemv_config(n, k, prologue, pdl["PDL"])
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, bias if bias is not None else weight, out, n, k, weight.stride(0),
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        **prologue_args, **pdl_args(x.device, rows=1))
+        **prologue_args, **pdl)
     return out
 
 
