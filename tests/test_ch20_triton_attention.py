@@ -132,6 +132,67 @@ def test_decode_reuses_workspace_while_lengths_change():
         assert out[[b for b in range(4) if b not in real]].eq(0).all()
 
 
+@pytest.mark.parametrize("page_size,group,num_splits", [(1, 8, 1), (16, 2, 3), (256, 1, 8)])
+def test_decode_that_stores_the_new_kv_equals_store_then_decode(page_size, group, num_splits):
+    """new_kv: the decode kernel writes this step's K/V at out_loc itself. Against store_cache
+    followed by the plain kernel: the same outputs bit for bit and the same pool, from a pool whose
+    new slots are poisoned with NaN (a read before the write would show). A length-0 row (batch
+    padding) writes nothing: its scratch slot keeps its poison."""
+    from minisgl.kernel.torch_ops import store_cache
+
+    gen = torch.Generator().manual_seed(page_size + group + num_splits)
+    num_kv_heads, head_dim = (1 if group == 8 else 2), 16
+    lens = random_lens(gen, 5) + [0]
+    kv = paged_kv(lens, page_size, num_kv_heads, head_dim, torch.float32, gen)
+    batch = len(lens)
+    q = torch.randn(batch, num_kv_heads * group, head_dim, generator=gen).to(DEVICE)
+    # k and v as the engine passes them: views into one wider row per token
+    qkv = torch.randn(batch, 3, num_kv_heads, head_dim, generator=gen).to(DEVICE)
+    k, v = qkv[:, 1], qkv[:, 2]
+    rows = kv.table_idx.long()
+    owned = torch.cat([kv.page_table[rows[b], :n] for b, n in enumerate(lens)]).long()
+    free = torch.ones(kv.k_cache.shape[0], dtype=torch.bool, device=DEVICE)
+    free[owned] = False
+    scratch = free.nonzero()[0, 0]  # a slot no request reads, as the engine's scratch slot
+    out_loc = torch.stack([kv.page_table[rows[b], n - 1] if n else scratch
+                           for b, n in enumerate(lens)]).int()
+    real = torch.tensor([n > 0 for n in lens], device=DEVICE)
+    k_before, v_before = kv.k_cache.clone(), kv.v_cache.clone()
+    store_cache(kv.k_cache, kv.v_cache, out_loc[real], k[real], v[real])
+    expected = decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx,
+                                kv.kv_lens, num_splits=num_splits)
+    k_after, v_after = kv.k_cache.clone(), kv.v_cache.clone()
+    for cache, before in ((kv.k_cache, k_before), (kv.v_cache, v_before)):
+        cache.copy_(before)
+        cache[out_loc.long()] = float("nan")
+    k_after[scratch] = v_after[scratch] = float("nan")  # the padding row's slot: not written
+    out = torch.full_like(q, float("nan"))
+    decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
+                     num_splits=num_splits, out=out, new_kv=(k, v, out_loc))
+    assert torch.equal(out, expected)
+    for cache, after in ((kv.k_cache, k_after), (kv.v_cache, v_after)):
+        assert torch.equal(cache.isnan(), after.isnan())  # the scratch slot's NaN only
+        assert torch.equal(cache.nan_to_num(7.0), after.nan_to_num(7.0))
+
+
+def test_decode_refuses_new_kv_it_cannot_store():
+    gen = torch.Generator().manual_seed(5)
+    kv = paged_kv([4, 9], 1, 2, 16, torch.float32, gen)
+    q = torch.randn(2, 4, 16, generator=gen).to(DEVICE)
+    k = torch.randn(2, 2, 16, generator=gen).to(DEVICE)
+    slots = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    pool = kv.k_cache.clone(), kv.v_cache.clone()
+    for new_kv in [(k[:1], k[:1], slots),  # one row for two requests
+                   (k, k.transpose(1, 2).contiguous().transpose(1, 2), slots),  # D strided
+                   (k, k, slots.float()),  # float slots
+                   (k, k, slots[:1]),  # one slot for two requests
+                   (k, torch.randn(2, 2, 8).to(DEVICE), slots)]:  # wrong head_dim
+        with pytest.raises(ValueError, match="new_kv"):
+            decode_attention(q, kv.k_cache, kv.v_cache, kv.page_table, kv.table_idx, kv.kv_lens,
+                             num_splits=2, new_kv=new_kv)
+    assert torch.equal(kv.k_cache, pool[0]) and torch.equal(kv.v_cache, pool[1])
+
+
 def test_decode_rejects_a_small_workspace():
     gen = torch.Generator().manual_seed(5)
     kv = paged_kv([10, 20], 1, 1, 16, torch.float32, gen)

@@ -2,7 +2,8 @@
 
 `prepare_metadata` turns the batch into a few small int32 device tensors (each request's
 page-table row, its total length, and for prefill the offsets of its new tokens); every layer's
-`forward` stores its new K/V into the pool and launches the decode or extend kernel over them.
+`forward` stores its new K/V into the pool and launches the extend kernel over them, or launches
+the decode kernel, which stores them itself.
 The kernels read K/V through the page table themselves, so nothing is gathered or padded here.
 """
 
@@ -122,13 +123,15 @@ class TritonBackend(BaseAttnBackend):
     # <<< ch24
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
-        self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         k_cache, v_cache = self.kv_cache.k_cache(layer_id), self.kv_cache.v_cache(layer_id)
         meta: TritonAttnMetadata = batch.attn_metadata
         if batch.is_prefill:
+            self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
             return self.kernels.extend_attention(q, k_cache, v_cache, self.page_table,
                                                  meta.table_idx, meta.cu_q_lens, meta.kv_lens,
                                                  meta.max_q_len)
+        # decode: the kernel stores the step's K/V itself (new_kv), one launch fewer per layer
         return self.kernels.decode_attention(q, k_cache, v_cache, self.page_table,
                                              meta.table_idx, meta.kv_lens,
-                                             num_splits=meta.num_splits, workspace=self.workspace)
+                                             num_splits=meta.num_splits, workspace=self.workspace,
+                                             new_kv=(k, v, batch.out_loc))

@@ -107,8 +107,10 @@ def max_num_splits(num_kv_heads: int, max_seq_len: int, device: torch.device) ->
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, table_idx_ptr, kv_lens_ptr,
     partial_out_ptr, partial_lse_ptr, out_ptr,
+    k_new_ptr, v_new_ptr, out_loc_ptr,
     sm_scale,
     stride_qb, stride_qh,
+    stride_knb, stride_knh, stride_vnb, stride_vnh,
     stride_ks, stride_kh,
     stride_vs, stride_vh,
     stride_pt,
@@ -118,11 +120,14 @@ def _decode_split_kernel(
     num_splits,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DIRECT: tl.constexpr, PDL: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, DIRECT: tl.constexpr, APPEND: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """Stage 1. Program (b, kv_head, split): the GROUP query heads of this KV head against keys
     [split_start, split_end) of request b, with an online softmax in fp32. DIRECT (one split):
-    the result is final and goes straight to `out`, and stage 2 is not launched."""
+    the result is final and goes straight to `out`, and stage 2 is not launched. APPEND: this
+    step's K/V are not in the pool yet; the program whose keys include the new token (position
+    kv_len - 1, slot out_loc[b]) writes them there first, for its KV head."""
     wait_for_previous_kernel(PDL)  # before any load: q and this step's K/V are just written
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -140,6 +145,18 @@ def _decode_split_kernel(
 
     groups = tl.arange(0, GROUP_PAD)
     dims = tl.arange(0, BLOCK_D)
+    if APPEND:
+        # The store_kv of the unfused path, done by the one program that reads the new token:
+        # the splits cut [0, kv_len) into disjoint ranges, so no other program reads that slot.
+        # A padding row (length 0) holds no new token and writes nothing.
+        if (start <= kv_len - 1) & (kv_len - 1 < end):
+            slot = tl.load(out_loc_ptr + b).to(tl.int64)
+            d_ok = dims < HEAD_DIM
+            k_new = tl.load(k_new_ptr + b * stride_knb + kv_head * stride_knh + dims, mask=d_ok)
+            v_new = tl.load(v_new_ptr + b * stride_vnb + kv_head * stride_vnh + dims, mask=d_ok)
+            tl.store(k_cache_ptr + slot * stride_ks + kv_head * stride_kh + dims, k_new, mask=d_ok)
+            tl.store(v_cache_ptr + slot * stride_vs + kv_head * stride_vh + dims, v_new, mask=d_ok)
+        tl.debug_barrier()  # the stores are seen by every thread of the program's loop below
     heads = kv_head * GROUP + groups
     q_mask = (groups[:, None] < GROUP) & (dims[None, :] < HEAD_DIM)
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + dims[None, :], mask=q_mask,
@@ -217,14 +234,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      page_table: torch.Tensor, table_idx: torch.Tensor, kv_lens: torch.Tensor,
                      *, num_splits: int | None = None, workspace: DecodeWorkspace | None = None,
                      out: torch.Tensor | None = None, sm_scale: float | None = None,
-                     config: DecodeConfig | None = None) -> torch.Tensor:
+                     config: DecodeConfig | None = None,
+                     new_kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                     ) -> torch.Tensor:
     """Attention of one new token per request over its whole paged sequence.
 
-    q: [B, H, D]; k_cache, v_cache: [slots, H_kv, D] (this step's K/V already stored);
-    page_table: [rows, max_seq_len] int32; table_idx, kv_lens: [B] int32 on the device.
-    Returns out [B, H, D] (written into `out` when given). Pass a preallocated `workspace` and a
-    fixed `num_splits` to launch without allocating, e.g. inside a CUDA graph. `config` (tiling)
-    defaults to DECODE_CONFIGS' row for this batch size."""
+    q: [B, H, D]; k_cache, v_cache: [slots, H_kv, D] (this step's K/V already stored, unless
+    new_kv brings them); page_table: [rows, max_seq_len] int32; table_idx, kv_lens: [B] int32 on
+    the device. Returns out [B, H, D] (written into `out` when given). Pass a preallocated
+    `workspace` and a fixed `num_splits` to launch without allocating, e.g. inside a CUDA graph.
+    `config` (tiling) defaults to DECODE_CONFIGS' row for this batch size. `new_kv` = (k, v,
+    out_loc), k and v [B, H_kv, D], out_loc [B]: the kernel stores this step's K/V at the slots
+    out_loc itself (what store_kv would do first), one kernel fewer per layer."""
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     group = num_heads // num_kv_heads
@@ -237,6 +258,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError(f"workspace holds {workspace.partial_lse.shape[0]} requests x "
                          f"{workspace.max_splits} splits; asked {batch} x {num_splits}")
     out, sm_scale = output_and_scale(q, k_cache, v_cache, out, sm_scale)
+    k_new, v_new, out_loc = _checked_new_kv(new_kv, batch, num_kv_heads, head_dim, k_cache)
     block_d = triton.next_power_of_2(head_dim)
     partial_out, partial_lse = workspace.partial_out, workspace.partial_lse
     # num_splits is a runtime argument, not a constexpr, and the merge always covers the
@@ -247,8 +269,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
     _decode_split_kernel[(batch, num_kv_heads, num_splits)](
         q, k_cache, v_cache, page_table, table_idx, kv_lens, partial_out, partial_lse, out,
+        k_new, v_new, out_loc,
         sm_scale,
         q.stride(0), q.stride(1),
+        k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         k_cache.stride(0), k_cache.stride(1),
         v_cache.stride(0), v_cache.stride(1),
         page_table.stride(0),
@@ -258,7 +282,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         num_splits,
         GROUP=group, GROUP_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_N=cfg.block_n,
-        DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct,
+        DOT_PRECISION=dot_precision(q.dtype), DIRECT=direct, APPEND=new_kv is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     if direct:
@@ -273,3 +297,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         SPLITS_PAD=triton.next_power_of_2(workspace.max_splits), **pdl,
     )
     return out
+
+
+def _checked_new_kv(new_kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None, batch: int,
+                    num_kv_heads: int, head_dim: int, k_cache: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """new_kv's three tensors, checked; without new_kv, stand-ins the kernel never reads."""
+    if new_kv is None:
+        return k_cache, k_cache, k_cache  # APPEND=False compiles their loads out
+    k, v, out_loc = new_kv
+    for name, t in (("k", k), ("v", v)):
+        if t.shape != (batch, num_kv_heads, head_dim) or t.stride(2) != 1:
+            raise ValueError(f"new_kv's {name} must be [{batch}, {num_kv_heads}, {head_dim}] with "
+                             f"a contiguous last axis; got {tuple(t.shape)}, strides {t.stride()}")
+        if t.device != k_cache.device:
+            raise ValueError(f"new_kv's {name} is on {t.device}, the pool on {k_cache.device}")
+    if out_loc.shape != (batch,) or out_loc.is_floating_point() or out_loc.device != k_cache.device:
+        raise ValueError(f"new_kv's out_loc must be [{batch}] integer slots on {k_cache.device}; "
+                         f"got {tuple(out_loc.shape)} {out_loc.dtype} on {out_loc.device}")
+    return k, v, out_loc
