@@ -39,11 +39,18 @@ def main() -> int:
               max_running_reqs=max(8, args.batch), cuda_graph_max_bs=max(8, args.batch))
     sched = llm.scheduler
     gen = torch.Generator().manual_seed(0)
+    # Enough tokens for the warm-up and the whole-step runs, and no more: a request that does not
+    # fit the pool is refused, and the replays would then time a graph over empty sequences.
+    max_tokens = 5 + 2 * args.steps + 8
     for _ in range(args.batch):
         prompt = torch.randint(1, 150000, (args.context,), generator=gen).tolist()
-        sched.add_request(prompt, SamplingParams(max_tokens=10_000, ignore_eos=True))
+        sched.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
     for _ in range(5):  # the prefill, then a few decode steps so the graph is warm
-        sched.step()
+        for out in sched.step():
+            if out.error:
+                raise SystemExit(f"request {out.uid} refused: {out.error}")
+    if len(sched.decode.running) != args.batch:
+        raise SystemExit(f"{len(sched.decode.running)} requests decoding, not {args.batch}")
     runner = sched.engine.graph_runner
     batch_size = next(bs for bs in runner.sizes if bs >= args.batch)
     graph = runner.graphs[batch_size]
