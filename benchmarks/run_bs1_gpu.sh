@@ -10,7 +10,8 @@
 #   rm -rf .ab/a && mkdir -p .ab/a && git archive main python benchmarks | tar -x -C .ab/a
 # On the device (carry .ab .cache/wheels .cache/official_bench.py .cache/peers/qwen3-0.6b.tgz):
 #   A_NAME=main B_NAME=<branch> OUT=$OUT bash benchmarks/run_bs1_gpu.sh
-# Switches: SIDES="a b c" (and C_NAME) to time a third commit from .ab/c; ROUNDS (2); TESTS (the
+# Switches: SIDES="a b c" (and C_NAME) to time a third commit from .ab/c; ROUNDS (2); WARM (1: a
+# warm-up process per side first; 0: none); TESTS (the
 # test files; "" for none); BENCH_RUNS (2). .ab/b is made here as links to the tree, so that B and
 # the tests share one build of chapter 19's extension (its build folder is named by the sources'
 # path) and one Triton cache.
@@ -30,7 +31,7 @@ TESTS=${TESTS-tests/test_ch20_pdl.py tests/test_ch20_triton_attention.py tests/t
 [ -n "$TESTS" ] && step tests "${TESTS_LIMIT_S:-200}" \
   python -m pytest -q -rs -p no:cacheprovider $TESTS
 AB_BUDGET_S=${AB_BUDGET_S:-200}
-step ab $((AB_BUDGET_S + 30)) env KINDS=decode DECODE=generate WARM=1 ROUNDS="${ROUNDS:-2}" \
+step ab $((AB_BUDGET_S + 30)) env KINDS=decode DECODE=generate WARM="${WARM:-1}" ROUNDS="${ROUNDS:-2}" \
   BUDGET_S="$AB_BUDGET_S" OUT=/tmp/ab bash benchmarks/ab_gpu.sh
 [ -f /tmp/ab/ab_summary.txt ] && cp /tmp/ab/ab_summary.txt "$OUT/"
 step profile "${PROFILE_LIMIT_S:-60}" \
