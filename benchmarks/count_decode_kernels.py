@@ -71,16 +71,29 @@ def layer_pieces() -> list[tuple[str, int, int, int, list[str]]]:
     qkv = rand(1, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
     gate_up = rand(1, 2 * INTER)
     positions = torch.tensor([100])
-    pieces = [  # (name, the torch code, launches at batch 1: 0 when inside the next GEMV)
+    # (name, the torch code, launches at batch 1: 0 when inside the next GEMV)
+    pieces = [
         ("input add + RMSNorm", lambda: norm.forward(x, residual), 0),
         ("q/k RMSNorm + RoPE", lambda: attn._qkv_normed_and_rotated(qkv, positions), 1),
         ("post-attention add + RMSNorm", lambda: norm.forward(x, residual), 0),
         ("SiLU-and-mul", lambda: silu_and_mul(gate_up), 0),
     ]
     rows = []
-    for name, fn, in_gemv in pieces:
-        count, names = torch_launches(fn)
-        rows.append((name, count, 1, in_gemv, names))
+    # The torch code itself: on a CPU the registry would otherwise pick chapter 20's C++ kernels
+    # (one call each, no aten ops to count). The switch is read on every call.
+    saved = os.environ.get("MINISGL_DISABLE_FUSED_KERNELS")
+    os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = "1"
+    try:
+        for name, fn, in_gemv in pieces:
+            count, names = torch_launches(fn)
+            rows.append((name, count, 1, in_gemv, names))
+    finally:
+        if saved is None:
+            os.environ.pop("MINISGL_DISABLE_FUSED_KERNELS")
+        else:
+            os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = saved
+    if not all(count for _, count, *_ in rows):
+        raise RuntimeError(f"a piece ran no torch op, so it was not the torch code: {rows}")
     return rows
 
 
@@ -124,15 +137,18 @@ def main() -> int:
         total_gemv += in_gemv
         print(f"  {name:30s} torch {before:2d} -> fused {after} -> with prologues {in_gemv}   "
               f"({' '.join(names)})")
-    # The rest of a layer is the same on both sides: four GEMMs (qkv, o, gate_up, down), the
-    # KV store (chapter 19's CUDA kernel) and decode attention (chapter 20: one kernel with a
-    # single split, a split kernel and a merge kernel otherwise).
-    same = 4 + 1 + 2
-    print(f"  {'GEMMs, store_kv, attention':30s} same on both sides: {same} (4 + 1 + 2)")
-    print(f"kernels per decoder layer: torch {total_before + same} -> fused {total_after + same}"
-          f"; x 28 layers: {28 * (total_before + same)} -> {28 * (total_after + same)}")
-    print(f"with the GEMV prologues (norms, SiLU-and-mul inside the GEMVs): {total_gemv + same} per "
-          f"decoder layer, {28 * (total_gemv + same)} for 28 layers")
+    # The rest of a layer: four GEMMs (qkv, o, gate_up, down), the KV store and decode attention.
+    # Unfused: chapter 19's store_kv kernel, then attention as a split kernel and a merge kernel.
+    # Chapter 20's decode attention stores the step's K/V itself (new_kv).
+    rest_torch, rest_fused = 4 + 1 + 2, 4 + 2
+    print(f"  {'GEMMs, store_kv, attention':30s} torch {rest_torch} (4 + 1 + 2) -> fused "
+          f"{rest_fused} (4 + 2: the store inside decode attention)")
+    before, after = total_before + rest_torch, total_after + rest_fused
+    print(f"kernels per decoder layer: torch {before} -> fused {after}"
+          f"; x 28 layers: {28 * before} -> {28 * after}")
+    print(f"with the GEMV prologues (norms, SiLU-and-mul inside the GEMVs): "
+          f"{total_gemv + rest_fused} per decoder layer, {28 * (total_gemv + rest_fused)} for 28 "
+          f"layers")
     if torch.cuda.is_available():
         counts = gpu_step_kernels()
         on, off = counts["fused kernels"], counts["torch ops"]
