@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -71,8 +72,7 @@ def layer_pieces() -> list[tuple[str, int, int, int, list[str]]]:
     qkv = rand(1, (HEADS + 2 * KV_HEADS) * HEAD_DIM)
     gate_up = rand(1, 2 * INTER)
     positions = torch.tensor([100])
-    # (name, the torch code, launches at batch 1: 0 when inside the next GEMV)
-    pieces = [
+    pieces = [  # (name, the torch code, launches at batch 1: 0 when inside the next GEMV)
         ("input add + RMSNorm", lambda: norm.forward(x, residual), 0),
         ("q/k RMSNorm + RoPE", lambda: attn._qkv_normed_and_rotated(qkv, positions), 1),
         ("post-attention add + RMSNorm", lambda: norm.forward(x, residual), 0),
@@ -81,17 +81,10 @@ def layer_pieces() -> list[tuple[str, int, int, int, list[str]]]:
     rows = []
     # The torch code itself: on a CPU the registry would otherwise pick chapter 20's C++ kernels
     # (one call each, no aten ops to count). The switch is read on every call.
-    saved = os.environ.get("MINISGL_DISABLE_FUSED_KERNELS")
-    os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = "1"
-    try:
+    with mock.patch.dict(os.environ, {"MINISGL_DISABLE_FUSED_KERNELS": "1"}):
         for name, fn, in_gemv in pieces:
             count, names = torch_launches(fn)
             rows.append((name, count, 1, in_gemv, names))
-    finally:
-        if saved is None:
-            os.environ.pop("MINISGL_DISABLE_FUSED_KERNELS")
-        else:
-            os.environ["MINISGL_DISABLE_FUSED_KERNELS"] = saved
     if not all(count for _, count, *_ in rows):
         raise RuntimeError(f"a piece ran no torch op, so it was not the torch code: {rows}")
     return rows
