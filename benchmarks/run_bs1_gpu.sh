@@ -11,10 +11,9 @@
 # On the device (carry .ab .cache/wheels .cache/official_bench.py .cache/peers/qwen3-0.6b.tgz):
 #   A_NAME=main B_NAME=<branch> OUT=$OUT bash benchmarks/run_bs1_gpu.sh
 # Switches: SIDES="a b c" (and C_NAME) to time a third commit from .ab/c; ROUNDS (2); WARM (1: a
-# warm-up process per side first; 0: none); TESTS (the
-# test files; "" for none); BENCH_RUNS (2). .ab/b is made here as links to the tree, so that B and
-# the tests share one build of chapter 19's extension (its build folder is named by the sources'
-# path) and one Triton cache.
+# warm-up process per side first; 0: none); TESTS (the test files; "" for none); BENCH_RUNS (2).
+# .ab/b is made here as links to the tree, so that B and the tests share one build of chapter 19's
+# extension (its build folder is named by the sources' path) and one Triton cache.
 # $OUT gets one file per step (tests, ab, profile, bench_1, ...; see gpu_steps.sh) and
 # ab_summary.txt.
 set -u
