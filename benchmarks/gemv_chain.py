@@ -121,11 +121,10 @@ def pdl_main(args: argparse.Namespace) -> None:
         if name == "lm_head":
             continue
         chain = Chain(n, k, prologue, args.layers, int8=False)
-        now = gemv_config(n, k, prologue)
+        now, now_pdl = gemv_config(n, k, prologue), gemv_config(n, k, prologue, pdl=True)
         off = chain.time_us(now, args.replays)
-        on = chain.time_us(gemv_config(n, k, prologue, pdl=True), args.replays, pdl=True)
-        print(f"pdl {name} {n}x{k} ({prologue}) {now}/{gemv_config(n, k, prologue, pdl=True)} "
-              f"off={off:.2f} on={on:.2f} us "
+        on = chain.time_us(now_pdl, args.replays, pdl=True)
+        print(f"pdl {name} {n}x{k} ({prologue}) {now}/{now_pdl} off={off:.2f} on={on:.2f} us "
               f"({n * k * 2 / on / 1e3:.0f} GB/s with PDL)", flush=True)
         best = sweep(chain, k, args.replays, pdl=True)
         for us, config in best:
