@@ -30,8 +30,8 @@ TESTS=${TESTS-tests/test_ch20_pdl.py tests/test_ch20_triton_attention.py tests/t
 [ -n "$TESTS" ] && step tests "${TESTS_LIMIT_S:-200}" \
   python -m pytest -q -rs -p no:cacheprovider $TESTS
 AB_BUDGET_S=${AB_BUDGET_S:-200}
-step ab $((AB_BUDGET_S + 30)) env KINDS=decode DECODE=generate WARM="${WARM:-1}" ROUNDS="${ROUNDS:-2}" \
-  BUDGET_S="$AB_BUDGET_S" OUT=/tmp/ab bash benchmarks/ab_gpu.sh
+step ab $((AB_BUDGET_S + 30)) env KINDS=decode DECODE=generate WARM="${WARM:-1}" \
+  ROUNDS="${ROUNDS:-2}" BUDGET_S="$AB_BUDGET_S" OUT=/tmp/ab bash benchmarks/ab_gpu.sh
 [ -f /tmp/ab/ab_summary.txt ] && cp /tmp/ab/ab_summary.txt "$OUT/"
 step profile "${PROFILE_LIMIT_S:-60}" \
   python benchmarks/profile_decode_step.py --steps 30 --whole-step
